@@ -1,0 +1,165 @@
+//! The pure GCRA step over integer nanoseconds.
+//!
+//! Vocabulary, defined once:
+//!
+//! * `tat` — the *theoretical arrival time*: the instant (ns since the process epoch) at which
+//!   the cell would be empty again if no further work arrived. A cell with `tat <= now` is full.
+//! * `w` — the *weight* of one check: `n·T` for a request quota of interval `T = ⌈P/C⌉`,
+//!   `⌈n·P/C⌉` for a byte budget (P in ns, C in bytes).
+//! * `tau` (τ) — the *tolerance*: how far `tat` may run ahead of `now`. `τ = burst·T` for
+//!   requests, `⌈burst·P/C⌉` for bytes, clamped to [`MAX_TAU`].
+//!
+//! A check of weight `w` at `now` is allowed iff `max(tat, now) + w − now ≤ τ`, and then
+//! `tat ← max(tat, now) + w`. Before every step `tat ← min(tat, now + τ)`. Nothing here knows
+//! about clocks, atomics or Redis: [`step`] is a function of four integers.
+
+/// The largest tolerance a cell may have: 2^62 ns (about 146 years). Quotas whose
+/// `burst·T` exceeds it get the largest burst that fits (see [`crate::Quota::burst`]).
+pub(crate) const MAX_TAU: u64 = 1 << 62;
+
+/// How the weight of a cost is computed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Per {
+    /// A request quota: a cost of `n` weighs `n·t` ns, `t = ⌈P/C⌉ ≥ 1`.
+    Request {
+        /// The interval `T` in ns.
+        t: u64,
+    },
+    /// A byte budget: a cost of `n` bytes weighs `⌈n·num/den⌉` ns, where `num/den` is the
+    /// exact number of ns per byte (a reduced fraction, both non-zero).
+    Byte {
+        /// Numerator of ns per byte.
+        num: u64,
+        /// Denominator of ns per byte.
+        den: u128,
+    },
+}
+
+/// The parameters of one cell, derived from a [`crate::Quota`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Params {
+    /// How costs become weights.
+    pub(crate) per: Per,
+    /// The tolerance τ in ns, `1 ≤ tau ≤ MAX_TAU`.
+    pub(crate) tau: u64,
+    /// The effective burst in work units (requests or bytes): the largest cost a check may ask.
+    pub(crate) burst: u64,
+}
+
+impl Params {
+    /// The weight in ns of a cost of `n` units, or `None` if `n` exceeds the burst (then the
+    /// check can never conform: [`crate::InsufficientCapacity`]).
+    #[inline]
+    pub(crate) fn weight(&self, n: u64) -> Option<u64> {
+        if n > self.burst {
+            return None;
+        }
+        match self.per {
+            // n ≤ burst, so n·t ≤ τ ≤ MAX_TAU: no overflow.
+            Per::Request { t } => Some(n * t),
+            Per::Byte { num, den } => Some(ceil_div(u128::from(n) * u128::from(num), den)),
+        }
+    }
+
+    /// How many units fit in `slack` ns of tolerance, capped at the burst.
+    #[inline]
+    pub(crate) fn units_in(&self, slack: u64) -> u64 {
+        let units = match self.per {
+            Per::Request { t } => slack / t,
+            Per::Byte { num, den } => match u128::from(slack).checked_mul(den) {
+                Some(x) => u64::try_from(x / u128::from(num)).unwrap_or(u64::MAX),
+                None => u64::MAX,
+            },
+        };
+        units.min(self.burst)
+    }
+}
+
+/// `⌈a / b⌉` for `b > 0`; the result fits u64 whenever it is at most τ.
+#[inline]
+fn ceil_div(a: u128, b: u128) -> u64 {
+    let q = a / b + u128::from(a % b != 0);
+    u64::try_from(q).unwrap_or(u64::MAX)
+}
+
+/// The outcome of one step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// Conforms: store `tat` (the new TAT). `ahead = tat − now`.
+    Allow { tat: u64, ahead: u64 },
+    /// Does not conform: allowed again after exactly `retry_after` ns.
+    Deny { retry_after: u64 },
+    /// The new TAT would not fit in u64 (a clock reading near `u64::MAX`): denied.
+    Overflow,
+}
+
+/// The largest TAT a cell may hold; `u64::MAX` is reserved (the keyed table's tombstone).
+pub(crate) const MAX_TAT: u64 = u64::MAX - 1;
+
+/// `min(tat, now + τ)`: the clamp applied before every step. `now + τ` saturates, which is
+/// exact here: if it overflows, it exceeds every `tat`.
+#[inline]
+pub(crate) fn clamp(tat: u64, now: u64, tau: u64) -> u64 {
+    tat.min(now.saturating_add(tau))
+}
+
+/// One GCRA step of weight `w ≤ τ` at `now` on an already clamped `tat`.
+#[inline]
+pub(crate) fn step(tat: u64, now: u64, w: u64, tau: u64) -> Outcome {
+    let base = tat.max(now);
+    // base − now ≤ τ after the clamp, and w ≤ τ ≤ 2^62: the sum cannot overflow.
+    let ahead = (base - now) + w;
+    if ahead > tau {
+        return Outcome::Deny {
+            retry_after: ahead - tau,
+        };
+    }
+    match base.checked_add(w) {
+        Some(tat) if tat <= MAX_TAT => Outcome::Allow { tat, ahead },
+        _ => Outcome::Overflow,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn burst_then_exact_retry_after() {
+        let (t, tau) = (10, 30);
+        let mut tat = 0;
+        for _ in 0..3 {
+            match step(clamp(tat, 100, tau), 100, t, tau) {
+                Outcome::Allow { tat: new, .. } => tat = new,
+                other => panic!("expected allow, got {other:?}"),
+            }
+        }
+        assert_eq!(
+            step(clamp(tat, 100, tau), 100, t, tau),
+            Outcome::Deny { retry_after: 10 }
+        );
+        assert!(matches!(step(tat, 109, t, tau), Outcome::Deny { retry_after: 1 }));
+        assert!(matches!(step(tat, 110, t, tau), Outcome::Allow { .. }));
+    }
+
+    #[test]
+    fn overflow_is_a_denial() {
+        assert_eq!(step(0, u64::MAX - 1, 5, 10), Outcome::Overflow);
+        assert_eq!(clamp(7, u64::MAX, MAX_TAU), 7);
+    }
+
+    #[test]
+    fn byte_weights_round_up() {
+        let p = Params {
+            per: Per::Byte { num: 1, den: 3 },
+            tau: 100,
+            burst: 300,
+        };
+        assert_eq!(p.weight(1), Some(1));
+        assert_eq!(p.weight(3), Some(1));
+        assert_eq!(p.weight(4), Some(2));
+        assert_eq!(p.weight(301), None);
+        assert_eq!(p.units_in(2), 6);
+        assert_eq!(p.units_in(u64::MAX), 300);
+    }
+}

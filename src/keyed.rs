@@ -1,0 +1,558 @@
+//! [`KeyedRateLimiter`]: one cell per key in a bounded, flat table of atomics.
+//!
+//! # The table
+//!
+//! Keys are never stored: each key is reduced to a 64-bit *fingerprint* by a per-limiter
+//! seeded hash (see [`fingerprint`](crate::fingerprint)), so every key occupies one 16-byte
+//! slot whatever its length, and a long attacker-chosen key costs no more than a short one.
+//! A slot is two words:
+//!
+//! | word | value | meaning |
+//! |---|---|---|
+//! | `key` | 0 | never used; ends every probe |
+//! | `key` | fp | holds (or held) the key with fingerprint `fp` |
+//! | `tat` | [`TOMBSTONE`] | dead: swept, reusable by any key |
+//! | `tat` | other | the key's TAT |
+//!
+//! A key lives within [`WINDOW`] slots of its home slot (linear probing, capacity 1.5 ×
+//! `max_keys`). Lookups of present keys are lock-free: scan, then one CAS on the TAT. New keys,
+//! revivals and sweeps take one mutex (`slow`); they are rare next to checks. A key whose
+//! window is full (rare at this load factor) or whose fingerprint is 0 lives in a small spill
+//! map under the same mutex, so the first `max_keys` live keys are always tracked.
+
+use core::borrow::Borrow;
+use core::fmt;
+use core::hash::Hash;
+use core::marker::PhantomData;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use parking_lot::Mutex;
+
+use crate::cell::{self, Padded, SharedParams, TOMBSTONE};
+use crate::check::Check;
+use crate::clock::Clock;
+use crate::error::InsufficientCapacity;
+use crate::fingerprint::Fingerprinter;
+use crate::gcra::{self, Outcome, Params};
+use crate::quota::Quota;
+use crate::verdict::{DenyReason, Verdict};
+
+/// How far from its home slot a key may live before it spills.
+const WINDOW: usize = 64;
+/// The default bound on tracked keys: 2^20.
+pub const DEFAULT_MAX_KEYS: usize = 1 << 20;
+/// Credits a full-table arrival earns toward a full sweep: a full sweep costs one credit per
+/// slot, so it is amortised to at most this many slot visits per arrival.
+const SWEEP_CREDIT: usize = 64;
+
+/// A rate limiter with one cell per key, bounded to `max_keys` live keys.
+///
+/// ```
+/// use tollgate::{KeyedRateLimiter, Verdict};
+///
+/// let lim: KeyedRateLimiter<String> = KeyedRateLimiter::new("1/s".parse()?);
+/// assert!(lim.check_key("alice").is_permitted()); // &str lookups, no allocation
+/// assert!(!lim.check_key("alice").is_permitted());
+/// assert!(lim.check_key("bob").is_permitted());
+/// assert_eq!(lim.len(), 2);
+/// # Ok::<(), tollgate::QuotaError>(())
+/// ```
+///
+/// # Memory
+///
+/// The table is allocated once, zeroed (so the operating system commits pages only as keys
+/// land in them): 16 bytes per slot, 1.5 slots per `max_keys`, i.e. 24 bytes per key at
+/// capacity (24 MiB of address space at the default 2^20 keys; size it with
+/// [`KeyedRateLimiterBuilder::max_keys`]).
+///
+/// # Keys are fingerprints
+///
+/// Keys are reduced to 64-bit seeded fingerprints. Keys that hash as a single integer
+/// (`u64`, `i64`, `u32`, `usize`, …) get a keyed bijection, so two of them never share a cell.
+/// Other keys (strings, tuples) get SipHash-1-3 under a random 128-bit key: two keys share a
+/// cell with probability about n²/2^65 (1 in 30 million at 2^20 keys), and an attacker who
+/// cannot see the seed cannot aim a key at someone else's cell.
+pub struct KeyedRateLimiter<K> {
+    slots: Box<[AtomicU64]>,
+    capacity: usize,
+    max_keys: usize,
+    params: SharedParams,
+    overflow: Overflow,
+    fingerprinter: Fingerprinter,
+    clock: Clock,
+    quota: Mutex<Quota>,
+    /// Tracked keys (table and spill), including idle ones not yet swept.
+    len: AtomicUsize,
+    /// Size of the spill map, read without the lock to skip it when empty.
+    spilled: AtomicUsize,
+    slow: Mutex<Slow>,
+    _key: PhantomData<fn(&K)>,
+}
+
+/// The one cell that new keys share when the table is full of live keys.
+struct Overflow {
+    tat: Padded<AtomicU64>,
+    /// Its own quota if the builder set one; else it follows the per-key quota.
+    params: Option<SharedParams>,
+}
+
+/// State touched only under the insert lock.
+#[derive(Debug, Default)]
+struct Slow {
+    /// Fingerprint → TAT for keys that found no slot in their window.
+    spill: HashMap<u64, u64>,
+    /// No tracked key can be idle before this instant (the smallest TAT seen by the last full
+    /// sweep, lowered by later inserts); 0 when unknown.
+    idle_not_before: u64,
+    /// Credits toward the next full sweep.
+    sweep_credit: usize,
+}
+
+enum Found {
+    Slot(usize),
+    Absent,
+}
+
+impl<K> KeyedRateLimiter<K> {
+    /// A keyed limiter for `quota` with the default bound of 2^20 keys.
+    pub fn new(quota: Quota) -> Self {
+        Self::builder(quota).build()
+    }
+
+    /// A builder, to choose the clock, the key bound and the overflow quota.
+    pub fn builder(quota: Quota) -> KeyedRateLimiterBuilder<K> {
+        KeyedRateLimiterBuilder {
+            quota,
+            clock: Clock::monotonic(),
+            max_keys: DEFAULT_MAX_KEYS,
+            overflow_quota: None,
+            _key: PhantomData,
+        }
+    }
+
+    /// Tracked keys, including idle ones not yet swept; never more than `max_keys`.
+    pub fn len(&self) -> usize {
+        self.len.load(Ordering::Relaxed)
+    }
+
+    /// `true` if no key is tracked.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The bound on tracked keys.
+    pub fn max_keys(&self) -> usize {
+        self.max_keys
+    }
+
+    /// Bytes the key table occupies (its slots), whatever the keys' own sizes.
+    pub fn table_bytes(&self) -> usize {
+        self.slots.len() * core::mem::size_of::<AtomicU64>()
+    }
+
+    /// The per-key quota in force.
+    pub fn quota(&self) -> Quota {
+        *self.quota.lock()
+    }
+
+    /// Replaces the per-key quota for every key at once, in O(1): the parameters are shared,
+    /// and each key's TAT is clamped on its next check (no lockout, no free burst).
+    pub fn set_quota(&self, quota: Quota) {
+        let mut current = self.quota.lock();
+        *current = quota;
+        self.params.store(quota.params());
+        // A lower τ may make keys idle earlier than the last full sweep saw.
+        self.slow.lock().idle_not_before = 0;
+    }
+
+    /// The clock this limiter reads.
+    pub fn clock(&self) -> &Clock {
+        &self.clock
+    }
+}
+
+impl<K: Hash> KeyedRateLimiter<K> {
+    /// Checks one unit for `key`.
+    #[inline]
+    pub fn check_key<Q>(&self, key: &Q) -> Verdict
+    where
+        K: Borrow<Q>,
+        Q: Hash + ?Sized,
+    {
+        let p = self.params.load();
+        let w = p.weight(1).unwrap_or(p.tau);
+        self.step_key(self.fingerprinter.fingerprint(key), &p, w)
+    }
+
+    /// Checks `cost` units for `key`: all or nothing. A cost of 0 reports the remaining
+    /// capacity and writes nothing (a new key is not inserted).
+    ///
+    /// # Errors
+    ///
+    /// [`InsufficientCapacity`] if `cost` exceeds the burst.
+    #[inline]
+    pub fn check_key_n<Q>(&self, key: &Q, cost: u64) -> Result<Verdict, InsufficientCapacity>
+    where
+        K: Borrow<Q>,
+        Q: Hash + ?Sized,
+    {
+        let p = self.params.load();
+        let w = p
+            .weight(cost)
+            .ok_or(InsufficientCapacity::new(cost, p.burst))?;
+        let fp = self.fingerprinter.fingerprint(key);
+        if w == 0 {
+            return Ok(self.peek_fp(fp, &p, 0));
+        }
+        Ok(self.step_key(fp, &p, w))
+    }
+
+    /// Checks with per-request arguments (cost, attempt, priority class).
+    ///
+    /// # Errors
+    ///
+    /// [`InsufficientCapacity`] if the cost exceeds the burst.
+    #[inline]
+    pub fn check_key_with<Q>(&self, key: &Q, check: Check) -> Result<Verdict, InsufficientCapacity>
+    where
+        K: Borrow<Q>,
+        Q: Hash + ?Sized,
+    {
+        self.check_key_n(key, check.units())
+    }
+
+    /// What [`check_key`](Self::check_key) would say now, without writing anything.
+    pub fn peek_key<Q>(&self, key: &Q) -> Verdict
+    where
+        K: Borrow<Q>,
+        Q: Hash + ?Sized,
+    {
+        let p = self.params.load();
+        let w = p.weight(1).unwrap_or(p.tau);
+        self.peek_fp(self.fingerprinter.fingerprint(key), &p, w)
+    }
+}
+
+impl<K> KeyedRateLimiter<K> {
+    #[inline]
+    fn key_word(&self, slot: usize) -> &AtomicU64 {
+        &self.slots[2 * slot]
+    }
+
+    #[inline]
+    fn tat_word(&self, slot: usize) -> &AtomicU64 {
+        &self.slots[2 * slot + 1]
+    }
+
+    /// The home slot of `fp`: multiply-shift range reduction (any capacity, high bits used).
+    #[inline]
+    fn home(&self, fp: u64) -> usize {
+        // The product of a u64 and a usize capacity shifted right 64 is below the capacity.
+        ((u128::from(fp) * self.capacity as u128) >> 64) as usize
+    }
+
+    /// Finds `fp` in its window without locking.
+    #[inline]
+    fn find(&self, fp: u64) -> Found {
+        let mut slot = self.home(fp);
+        for _ in 0..WINDOW {
+            // Acquire: pairs with the Release store of a newly placed key, so its TAT is seen.
+            match self.key_word(slot).load(Ordering::Acquire) {
+                k if k == fp => return Found::Slot(slot),
+                0 => return Found::Absent,
+                _ => {}
+            }
+            slot += 1;
+            if slot == self.capacity {
+                slot = 0;
+            }
+        }
+        Found::Absent
+    }
+
+    #[inline]
+    fn step_key(&self, fp: u64, p: &Params, w: u64) -> Verdict {
+        let now = self.clock.now_nanos();
+        if fp != 0 {
+            if let Found::Slot(slot) = self.find(fp) {
+                let key = self.key_word(slot);
+                let ours = || key.load(Ordering::Acquire) == fp;
+                if let Some(v) = cell::step_atomic(self.tat_word(slot), now, p, w, DenyReason::Quota, ours)
+                {
+                    return v;
+                }
+            }
+        }
+        self.step_slow(fp, now, p, w)
+    }
+
+    fn peek_fp(&self, fp: u64, p: &Params, w: u64) -> Verdict {
+        let now = self.clock.now_nanos();
+        let tat = match (fp, self.find(fp)) {
+            (1.., Found::Slot(slot)) => Some(self.tat_word(slot).load(Ordering::Acquire)),
+            _ => self.slow.lock().spill.get(&fp).copied(),
+        };
+        match tat {
+            Some(tat) if tat != TOMBSTONE => cell::evaluate(tat, now, p, w, DenyReason::Quota),
+            // A new key: fresh if it would be tracked, else it would share the overflow cell.
+            _ if self.len() < self.max_keys => cell::evaluate(0, now, p, w, DenyReason::Quota),
+            _ => {
+                let op = self.overflow_params(p);
+                let w = if w == 0 { 0 } else { op.weight(1).unwrap_or(op.tau) };
+                let tat = self.overflow.tat.0.load(Ordering::Relaxed);
+                cell::evaluate(tat, now, &op, w, DenyReason::KeyTableFull)
+            }
+        }
+    }
+
+    /// The insert path: new keys, revivals, spilled keys and the overflow cell.
+    #[cold]
+    fn step_slow(&self, fp: u64, now: u64, p: &Params, w: u64) -> Verdict {
+        let mut slow = self.slow.lock();
+        if let Some(tat) = slow.spill.get_mut(&fp) {
+            return step_plain(tat, now, p, w, DenyReason::Quota);
+        }
+        if fp != 0 {
+            if let Some(v) = self.step_in_window(&mut slow, fp, now, p, w) {
+                return v;
+            }
+        }
+        if self.len() >= self.max_keys && self.sweep_all(&mut slow, now) && fp != 0 {
+            if let Some(v) = self.step_in_window(&mut slow, fp, now, p, w) {
+                return v;
+            }
+        }
+        if self.len() >= self.max_keys {
+            drop(slow);
+            return self.step_overflow(now, p);
+        }
+        // The window has no room (rare), or fp is 0 (which marks empty slots): the key spills.
+        let mut tat = 0;
+        let v = step_plain(&mut tat, now, p, w, DenyReason::Quota);
+        if tat != 0 {
+            slow.spill.insert(fp, tat);
+            self.spilled.store(slow.spill.len(), Ordering::Relaxed);
+            self.inserted(&mut slow, tat);
+        }
+        v
+    }
+
+    /// Under the lock: the key's own slot (live or dead), else a free one in its window.
+    /// `None` if the window has no room or the table is full.
+    fn step_in_window(&self, slow: &mut Slow, fp: u64, now: u64, p: &Params, w: u64) -> Option<Verdict> {
+        let home = self.home(fp);
+        let mut free = None;
+        let mut slot = home;
+        for _ in 0..WINDOW {
+            let key = self.key_word(slot).load(Ordering::Acquire);
+            if key == fp {
+                let tat = self.tat_word(slot);
+                if tat.load(Ordering::Acquire) != TOMBSTONE {
+                    // Placed by another thread since our lock-free look: step it as usual.
+                    let ours = || true;
+                    return cell::step_atomic(tat, now, p, w, DenyReason::Quota, ours);
+                }
+                if self.len() >= self.max_keys {
+                    return None;
+                }
+                return Some(self.place(slow, slot, fp, false, now, p, w));
+            }
+            if key == 0 || self.sweep_slot(slot, now) {
+                free = free.or(Some((slot, key == 0)));
+                if key == 0 {
+                    break;
+                }
+            }
+            slot += 1;
+            if slot == self.capacity {
+                slot = 0;
+            }
+        }
+        let (slot, empty) = free?;
+        if self.len() >= self.max_keys || slow.spill.contains_key(&fp) {
+            return None;
+        }
+        Some(self.place(slow, slot, fp, empty, now, p, w))
+    }
+
+    /// Marks `slot` dead if it is idle (TAT ≤ now). Returns `true` if the slot is dead.
+    fn sweep_slot(&self, slot: usize, now: u64) -> bool {
+        let tat = self.tat_word(slot);
+        let cur = tat.load(Ordering::Acquire);
+        if cur == TOMBSTONE {
+            return true;
+        }
+        // The CAS races allows on the same word: if an allow lands first the CAS fails and the
+        // key stays; if the CAS lands first the allow's CAS fails, sees the tombstone and
+        // revives the key under this same lock. No update is lost either way.
+        if cur <= now
+            && tat
+                .compare_exchange(cur, TOMBSTONE, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        {
+            self.len.fetch_sub(1, Ordering::Relaxed);
+            return true;
+        }
+        false
+    }
+
+    /// Places `fp` in `slot` (empty, or dead) with the TAT its first step leaves.
+    #[allow(clippy::too_many_arguments)]
+    fn place(&self, slow: &mut Slow, slot: usize, fp: u64, empty: bool, now: u64, p: &Params, w: u64) -> Verdict {
+        let mut tat = 0;
+        let v = step_plain(&mut tat, now, p, w, DenyReason::Quota);
+        if tat == 0 {
+            return v; // An overflow denial: nothing to remember.
+        }
+        let (key_word, tat_word) = (self.key_word(slot), self.tat_word(slot));
+        if empty {
+            // TAT first, then the key with Release: a reader that sees the key sees the TAT.
+            tat_word.store(tat, Ordering::Relaxed);
+            key_word.store(fp, Ordering::Release);
+        } else {
+            // Key first, then the TAT with Release: a reader of the old key that sees the new
+            // TAT re-checks the key, sees it changed, and looks again.
+            key_word.store(fp, Ordering::Relaxed);
+            tat_word.store(tat, Ordering::Release);
+        }
+        self.inserted(slow, tat);
+        v
+    }
+
+    fn inserted(&self, slow: &mut Slow, tat: u64) {
+        self.len.fetch_add(1, Ordering::Relaxed);
+        slow.idle_not_before = slow.idle_not_before.min(tat);
+    }
+
+    /// Before giving up on a full table: sweep every slot and the spill map, if some key can
+    /// have gone idle since the last full sweep and enough arrivals have paid for it (a full
+    /// sweep costs one credit per slot; each full-table arrival earns [`SWEEP_CREDIT`], and
+    /// the first sweep is free). Returns `true` if it swept.
+    fn sweep_all(&self, slow: &mut Slow, now: u64) -> bool {
+        slow.sweep_credit = slow.sweep_credit.saturating_add(SWEEP_CREDIT);
+        if now < slow.idle_not_before || slow.sweep_credit < self.capacity {
+            return false;
+        }
+        slow.sweep_credit = 0;
+        let mut min_live = u64::MAX;
+        for slot in 0..self.capacity {
+            if self.key_word(slot).load(Ordering::Acquire) != 0 && !self.sweep_slot(slot, now) {
+                min_live = min_live.min(self.tat_word(slot).load(Ordering::Acquire));
+            }
+        }
+        let before = slow.spill.len();
+        slow.spill.retain(|_, tat| {
+            min_live = min_live.min(*tat);
+            *tat > now
+        });
+        self.len.fetch_sub(before - slow.spill.len(), Ordering::Relaxed);
+        self.spilled.store(slow.spill.len(), Ordering::Relaxed);
+        slow.idle_not_before = min_live;
+        true
+    }
+
+    fn overflow_params(&self, p: &Params) -> Params {
+        self.overflow.params.as_ref().map_or(*p, SharedParams::load)
+    }
+
+    fn step_overflow(&self, now: u64, p: &Params) -> Verdict {
+        let op = self.overflow_params(p);
+        let w = op.weight(1).unwrap_or(op.tau);
+        cell::step_word(&self.overflow.tat.0, now, &op, w, DenyReason::KeyTableFull)
+    }
+}
+
+/// One step on a TAT held under a lock.
+fn step_plain(tat: &mut u64, now: u64, p: &Params, w: u64, reason: DenyReason) -> Verdict {
+    let clamped = gcra::clamp(*tat, now, p.tau);
+    let outcome = gcra::step(clamped, now, w, p.tau);
+    *tat = match outcome {
+        Outcome::Allow { tat, .. } => tat,
+        _ => clamped,
+    };
+    cell::verdict(outcome, p, reason)
+}
+
+impl<K> fmt::Debug for KeyedRateLimiter<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyedRateLimiter")
+            .field("quota", &self.quota().to_string())
+            .field("len", &self.len())
+            .field("max_keys", &self.max_keys)
+            .field("spilled", &self.spilled.load(Ordering::Relaxed))
+            .field("clock", &self.clock)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds a [`KeyedRateLimiter`].
+#[must_use = "call .build() to get the limiter"]
+pub struct KeyedRateLimiterBuilder<K> {
+    quota: Quota,
+    clock: Clock,
+    max_keys: usize,
+    overflow_quota: Option<Quota>,
+    _key: PhantomData<fn(&K)>,
+}
+
+impl<K> fmt::Debug for KeyedRateLimiterBuilder<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyedRateLimiterBuilder")
+            .field("quota", &self.quota.to_string())
+            .field("clock", &self.clock)
+            .field("max_keys", &self.max_keys)
+            .field("overflow_quota", &self.overflow_quota.map(|q| q.to_string()))
+            .finish()
+    }
+}
+
+impl<K> KeyedRateLimiterBuilder<K> {
+    /// The clock to read on every check (default: [`Clock::monotonic`]).
+    pub fn clock(mut self, clock: impl Into<Clock>) -> Self {
+        self.clock = clock.into();
+        self
+    }
+
+    /// The most live keys tracked at once (default 2^20, at least 1). When the table is full of
+    /// live keys, new keys share one overflow cell.
+    pub fn max_keys(mut self, max_keys: usize) -> Self {
+        self.max_keys = max_keys.max(1);
+        self
+    }
+
+    /// The quota of the overflow cell that new keys share when the table is full (default:
+    /// the per-key quota, following [`KeyedRateLimiter::set_quota`]).
+    pub fn overflow_quota(mut self, quota: Quota) -> Self {
+        self.overflow_quota = Some(quota);
+        self
+    }
+
+    /// Builds the limiter. Allocates the whole table now (zeroed, so committed lazily).
+    pub fn build(self) -> KeyedRateLimiter<K> {
+        let capacity = self
+            .max_keys
+            .saturating_add(self.max_keys / 2)
+            .max(2 * WINDOW);
+        KeyedRateLimiter {
+            slots: bytemuck::allocation::zeroed_slice_box(capacity.saturating_mul(2)),
+            capacity,
+            max_keys: self.max_keys,
+            params: SharedParams::new(self.quota.params()),
+            overflow: Overflow {
+                tat: Padded(AtomicU64::new(0)),
+                params: self.overflow_quota.map(|q| SharedParams::new(q.params())),
+            },
+            fingerprinter: Fingerprinter::new(),
+            clock: self.clock,
+            quota: Mutex::new(self.quota),
+            len: AtomicUsize::new(0),
+            spilled: AtomicUsize::new(0),
+            slow: Mutex::new(Slow {
+                sweep_credit: capacity,
+                ..Slow::default()
+            }),
+            _key: PhantomData,
+        }
+    }
+}

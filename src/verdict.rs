@@ -1,0 +1,197 @@
+//! What a check returns: allow, deny with an exact retry-after, or pass-through with a reason.
+
+use core::time::Duration;
+
+/// The answer to one check.
+///
+/// A denial is a verdict, never an error. A [`PassThrough`] is never silent: it carries the
+/// reason the limiter stood aside and the verdict it would otherwise have given.
+///
+/// ```
+/// use tollgate::{RateLimiter, Verdict};
+///
+/// let lim = RateLimiter::new("2/s".parse()?);
+/// assert!(lim.check().is_permitted());
+/// assert!(lim.check().is_permitted());
+/// match lim.check() {
+///     Verdict::Deny(d) => assert!(d.retry_after() > std::time::Duration::ZERO),
+///     other => panic!("expected a denial, got {other:?}"),
+/// }
+/// # Ok::<(), tollgate::QuotaError>(())
+/// ```
+#[must_use = "a verdict that is not looked at enforces nothing"]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Verdict {
+    /// The check conforms: go ahead.
+    Allow(Allowed),
+    /// The check does not conform: refuse it (HTTP 429) and say when to come back.
+    Deny(Denied),
+    /// The limiter stands aside (for example because it has judged itself faulty): let the
+    /// request through, and look at [`PassThrough::shadow`] for what it would have said.
+    PassThrough(PassThrough),
+}
+
+impl Verdict {
+    /// `true` for [`Verdict::Allow`] and [`Verdict::PassThrough`]: the request may proceed.
+    #[inline]
+    pub fn is_permitted(&self) -> bool {
+        !matches!(self, Verdict::Deny(_))
+    }
+
+    /// The allowance, if this is an [`Verdict::Allow`].
+    #[inline]
+    pub fn allowed(&self) -> Option<Allowed> {
+        match self {
+            Verdict::Allow(a) => Some(*a),
+            _ => None,
+        }
+    }
+
+    /// The denial, if this is a [`Verdict::Deny`].
+    #[inline]
+    pub fn denied(&self) -> Option<Denied> {
+        match self {
+            Verdict::Deny(d) => Some(*d),
+            _ => None,
+        }
+    }
+}
+
+/// An allowed check, with what is left.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Allowed {
+    /// For request quotas the slack `τ − (tat − now)` in ns, divided by `divisor` on demand so
+    /// the hot path does no division; for byte budgets the remaining bytes (`divisor == 0`).
+    slack: u64,
+    divisor: u64,
+    reset_after: u64,
+}
+
+impl Allowed {
+    #[inline]
+    pub(crate) fn new(slack: u64, divisor: u64, reset_after: u64) -> Self {
+        Self {
+            slack,
+            divisor,
+            reset_after,
+        }
+    }
+
+    /// How much more work (requests, or bytes for a byte budget) would be allowed right now.
+    #[inline]
+    pub fn remaining(&self) -> u64 {
+        match self.divisor {
+            0 => self.slack,
+            t => self.slack / t,
+        }
+    }
+
+    /// How long until the cell is full again if nothing more arrives.
+    #[inline]
+    pub fn reset_after(&self) -> Duration {
+        Duration::from_nanos(self.reset_after)
+    }
+}
+
+/// A denied check, with the exact time to wait.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Denied {
+    retry_after: u64,
+    reason: DenyReason,
+}
+
+impl Denied {
+    #[inline]
+    pub(crate) fn new(retry_after: u64, reason: DenyReason) -> Self {
+        Self {
+            retry_after,
+            reason,
+        }
+    }
+
+    /// How long to wait before the same check would be allowed, exactly: one nanosecond
+    /// earlier it is still denied. [`Duration::MAX`] for [`DenyReason::ClockOverflow`].
+    #[inline]
+    pub fn retry_after(&self) -> Duration {
+        match self.reason {
+            DenyReason::ClockOverflow => Duration::MAX,
+            _ => Duration::from_nanos(self.retry_after),
+        }
+    }
+
+    /// Why the check was denied.
+    #[inline]
+    pub fn reason(&self) -> DenyReason {
+        self.reason
+    }
+}
+
+/// Why a check was denied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum DenyReason {
+    /// The key (or the direct limiter) is over its quota.
+    Quota,
+    /// The keyed limiter's table is full of live keys, and this new key shares the overflow
+    /// cell, which is over its quota.
+    KeyTableFull,
+    /// The time arithmetic would overflow (a clock reading near `u64::MAX` ns). Denied rather
+    /// than allowed; the retry-after is [`Duration::MAX`].
+    ClockOverflow,
+}
+
+/// A check the limiter let through without enforcing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PassThrough {
+    reason: PassReason,
+    shadow: Shadow,
+}
+
+impl PassThrough {
+    /// A pass-through for `reason`, with the verdict enforcement would have given.
+    pub fn new(reason: PassReason, shadow: Shadow) -> Self {
+        Self { reason, shadow }
+    }
+
+    /// Why the limiter stood aside.
+    #[inline]
+    pub fn reason(&self) -> PassReason {
+        self.reason
+    }
+
+    /// What the limiter would have said had it enforced.
+    #[inline]
+    pub fn shadow(&self) -> Shadow {
+        self.shadow
+    }
+}
+
+/// Why a limiter stood aside.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum PassReason {
+    /// The deny breadth rose far above its trailing baseline: the limiter judged itself the
+    /// fault.
+    DenyAnomaly,
+    /// The clock watchdog saw the clock stall, lag or step backwards.
+    ClockFault,
+    /// An operator forced pass-through.
+    Forced,
+    /// The shared backend (Redis) could not be reached in time.
+    BackendUnavailable,
+    /// The policy is in shadow mode: evaluated and counted, never enforced.
+    Shadow,
+}
+
+/// The verdict a pass-through would have been, had the limiter enforced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Shadow {
+    /// It would have been allowed.
+    Allow,
+    /// It would have been denied.
+    Deny,
+    /// It could not be computed (for example the backend was unreachable).
+    Unknown,
+}
