@@ -154,8 +154,10 @@ pub(crate) fn step_atomic(
     reason: DenyReason,
     still_ours: impl Fn() -> bool,
 ) -> Option<Verdict> {
-    // Relaxed: the TAT guards no other memory; every RMW on it is totally ordered anyway.
-    let mut cur = word.load(Ordering::Relaxed);
+    // Acquire (load and failed CAS): in the keyed table a slot's new TAT is published with
+    // Release after its new key, so a reader that sees the TAT and re-checks the key sees the
+    // new key. For a direct limiter this costs nothing on x86 and orders nothing else.
+    let mut cur = word.load(Ordering::Acquire);
     loop {
         if cur == TOMBSTONE || !still_ours() {
             return None;
@@ -167,7 +169,7 @@ pub(crate) fn step_atomic(
             _ if clamped < cur => clamped,
             _ => return Some(verdict(outcome, p, reason)),
         };
-        match word.compare_exchange_weak(cur, next, Ordering::Relaxed, Ordering::Relaxed) {
+        match word.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => return Some(verdict(outcome, p, reason)),
             Err(actual) => cur = actual,
         }

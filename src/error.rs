@@ -53,3 +53,98 @@ pub(crate) fn quote(f: &mut fmt::Formatter<'_>, input: &str, max: usize) -> fmt:
     }
     f.write_str("\"")
 }
+
+/// What was wrong with a quota string; see [`QuotaError::kind`].
+///
+/// ```
+/// use tollgate::{Quota, QuotaErrorKind};
+///
+/// let err = "100/m".parse::<Quota>().unwrap_err();
+/// assert_eq!(err.kind(), QuotaErrorKind::AmbiguousUnit);
+/// # Ok::<(), tollgate::QuotaError>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum QuotaErrorKind {
+    /// No time unit (`"100"`, `"10kB"`, `"100/"`), or a byte budget's burst without a work
+    /// unit (`"1MB/s;burst=64"`). Also every bare number met by the serde deserializer.
+    MissingUnit,
+    /// A unit that is not in the table (`"10/sec"`, `"10/S"`, `"10kb/s"`, `"10/seconds"`).
+    UnknownUnit,
+    /// `m`, which could mean minute or milli: write `min` or `ms`.
+    AmbiguousUnit,
+    /// A work unit on the burst of a request quota (`"100/s;burst=10kB"`).
+    UnexpectedUnit,
+    /// Anything else that does not follow the grammar: whitespace, a sign, a leading zero, an
+    /// exponent, a digit separator, a fraction, a non-ASCII character, a stray character.
+    Malformed,
+    /// A count or a burst of zero.
+    Zero,
+    /// A request rate faster than one per nanosecond (`"1000001/ms"`).
+    TooFast,
+    /// Input longer than 64 bytes; it is rejected without being scanned.
+    TooLong,
+    /// A count or a burst that does not fit in a `u64`.
+    Overflow,
+    /// A byte budget whose burst is below one byte (`"3bit/s"`: its default burst is 3 bits).
+    BurstTooSmall,
+    /// A byte burst that is not a whole number of bytes (`"1MB/s;burst=12bit"`).
+    PartialByte,
+    /// A burst given twice: in the rate string and in the `burst` field of a table.
+    DuplicateBurst,
+}
+
+/// A quota string (or a serialized quota) that could not be parsed.
+///
+/// The message names the problem and quotes the input, escaped and cut to a bounded length.
+///
+/// ```
+/// use tollgate::{Quota, QuotaErrorKind};
+///
+/// let err = "100".parse::<Quota>().unwrap_err();
+/// assert_eq!(err.kind(), QuotaErrorKind::MissingUnit);
+/// assert_eq!(err.offset(), 3);
+/// assert_eq!(err.to_string(), r#"missing unit in "100": write "100/s" or "100/min""#);
+/// # Ok::<(), tollgate::QuotaError>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct QuotaError {
+    kind: QuotaErrorKind,
+    offset: usize,
+    message: Box<str>,
+}
+
+impl QuotaError {
+    pub(crate) fn new(kind: QuotaErrorKind, offset: usize, message: String) -> Self {
+        Self {
+            kind,
+            offset,
+            message: message.into_boxed_str(),
+        }
+    }
+
+    /// What kind of mistake this is.
+    pub fn kind(&self) -> QuotaErrorKind {
+        self.kind
+    }
+
+    /// The byte offset in the input at which the problem starts (for a missing unit: where
+    /// the unit should have been; for a burst given in a table: an offset in that burst).
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+}
+
+/// The longest piece of input, in characters, that an error message quotes.
+pub(crate) const QUOTE_MAX: usize = 64;
+
+/// Displays a piece of input the way [`quote`] writes it, cut to [`QUOTE_MAX`] characters.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Quoted<'a>(pub(crate) &'a str);
+
+impl fmt::Display for Quoted<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        quote(f, self.0, QUOTE_MAX)
+    }
+}

@@ -273,9 +273,9 @@ impl<K> KeyedRateLimiter<K> {
 
     #[inline]
     fn step_key(&self, fp: u64, p: &Params, w: u64) -> Verdict {
-        let now = self.clock.now_nanos();
         if fp != 0 {
             if let Found::Slot(slot) = self.find(fp) {
+                let now = self.clock.now_nanos();
                 let key = self.key_word(slot);
                 let ours = || key.load(Ordering::Acquire) == fp;
                 if let Some(v) = cell::step_atomic(self.tat_word(slot), now, p, w, DenyReason::Quota, ours)
@@ -284,7 +284,7 @@ impl<K> KeyedRateLimiter<K> {
                 }
             }
         }
-        self.step_slow(fp, now, p, w)
+        self.step_slow(fp, p, w)
     }
 
     fn peek_fp(&self, fp: u64, p: &Params, w: u64) -> Verdict {
@@ -308,10 +308,19 @@ impl<K> KeyedRateLimiter<K> {
 
     /// The insert path: new keys, revivals, spilled keys and the overflow cell.
     #[cold]
-    fn step_slow(&self, fp: u64, now: u64, p: &Params, w: u64) -> Verdict {
+    fn step_slow(&self, fp: u64, p: &Params, w: u64) -> Verdict {
         let mut slow = self.slow.lock();
+        // Read under the lock, so the instants of successive sweeps and placements never go
+        // backwards: a slot's new TAT (`now + w`) then exceeds every TAT it held before it was
+        // swept (`≤ now`), and a stale reader's CAS on the old value cannot land on the new key.
+        let now = self.clock.now_nanos();
         if let Some(tat) = slow.spill.get_mut(&fp) {
             return step_plain(tat, now, p, w, DenyReason::Quota);
+        }
+        if self.len() >= self.max_keys && now < slow.idle_not_before {
+            // Full of keys none of which can be idle yet: nothing to sweep or revive.
+            drop(slow);
+            return self.step_overflow(now, p);
         }
         if fp != 0 {
             if let Some(v) = self.step_in_window(&mut slow, fp, now, p, w) {

@@ -77,8 +77,7 @@ mod verdict;
 
 pub use check::Check;
 pub use clock::{Clock, ManualClock};
-pub use error::InsufficientCapacity;
-pub use quota::{QuotaError, QuotaErrorKind};
+pub use error::{InsufficientCapacity, QuotaError, QuotaErrorKind};
 pub use keyed::{KeyedRateLimiter, KeyedRateLimiterBuilder, DEFAULT_MAX_KEYS};
 pub use limiter::{RateLimiter, RateLimiterBuilder};
 pub use quota::Quota;
