@@ -179,9 +179,17 @@ pub(crate) fn step_atomic(
 /// [`step_atomic`] on a word that never holds the tombstone (a direct limiter, the overflow
 /// cell). TATs are capped below the tombstone, so the fallback is unreachable; it denies.
 #[inline]
-pub(crate) fn step_word(word: &AtomicU64, now: u64, p: &Params, w: u64, reason: DenyReason) -> Verdict {
-    step_atomic(word, now, p, w, reason, || true)
-        .unwrap_or(Verdict::Deny(Denied::new(u64::MAX, DenyReason::ClockOverflow)))
+pub(crate) fn step_word(
+    word: &AtomicU64,
+    now: u64,
+    p: &Params,
+    w: u64,
+    reason: DenyReason,
+) -> Verdict {
+    step_atomic(word, now, p, w, reason, || true).unwrap_or(Verdict::Deny(Denied::new(
+        u64::MAX,
+        DenyReason::ClockOverflow,
+    )))
 }
 
 #[cfg(test)]

@@ -122,8 +122,8 @@ impl Clock {
         match &self.source {
             Source::Fast(e) => e.fast.delta_as_nanos(e.fast_origin, e.fast.raw()),
             Source::Os(e) => saturating_nanos(e.os_origin.elapsed()),
-            Source::Manual(m, mono) => mono.apply(m.nanos()),
-            Source::Custom(f, mono) => mono.apply(f()),
+            Source::Manual(m, mono) => mono.apply(|| m.nanos()),
+            Source::Custom(f, mono) => mono.apply(|| f()),
         }
     }
 
@@ -181,8 +181,11 @@ struct Monotonize {
 }
 
 impl Monotonize {
-    fn apply(&self, raw: u64) -> u64 {
+    /// Reads the raw clock *under the lock*: a reading taken before it could be older than
+    /// the last one recorded, and would make the next reading count the same time twice.
+    fn apply(&self, read: impl FnOnce() -> u64) -> u64 {
         let mut last = self.last.lock();
+        let raw = read();
         let out = match *last {
             None => raw,
             Some((prev_raw, prev_out)) => prev_out.saturating_add(raw.saturating_sub(prev_raw)),

@@ -138,7 +138,10 @@ mod tests {
             step(clamp(tat, 100, tau), 100, t, tau),
             Outcome::Deny { retry_after: 10 }
         );
-        assert!(matches!(step(tat, 109, t, tau), Outcome::Deny { retry_after: 1 }));
+        assert!(matches!(
+            step(tat, 109, t, tau),
+            Outcome::Deny { retry_after: 1 }
+        ));
         assert!(matches!(step(tat, 110, t, tau), Outcome::Allow { .. }));
     }
 

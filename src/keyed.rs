@@ -42,9 +42,6 @@ use crate::verdict::{DenyReason, Verdict};
 const WINDOW: usize = 64;
 /// The default bound on tracked keys: 2^20.
 pub const DEFAULT_MAX_KEYS: usize = 1 << 20;
-/// Credits a full-table arrival earns toward a full sweep: a full sweep costs one credit per
-/// slot, so it is amortised to at most this many slot visits per arrival.
-const SWEEP_CREDIT: usize = 64;
 
 /// A rate limiter with one cell per key, bounded to `max_keys` live keys.
 ///
@@ -103,10 +100,22 @@ struct Slow {
     /// Fingerprint → TAT for keys that found no slot in their window.
     spill: HashMap<u64, u64>,
     /// No tracked key can be idle before this instant (the smallest TAT seen by the last full
-    /// sweep, lowered by later inserts); 0 when unknown.
+    /// sweep pass, lowered by later inserts); 0 when unknown.
     idle_not_before: u64,
-    /// Credits toward the next full sweep.
-    sweep_credit: usize,
+    /// Where the resumable full-table sweep goes on.
+    cursor: usize,
+    /// The smallest live TAT seen in the current sweep pass (0 when unknown).
+    pass_min: u64,
+}
+
+/// What sweeping one slot found.
+enum Swept {
+    /// The slot was already dead.
+    Dead,
+    /// The slot held an idle key and is now dead.
+    Freed,
+    /// The slot holds a live key with this TAT.
+    Live(u64),
 }
 
 enum Found {
@@ -162,8 +171,10 @@ impl<K> KeyedRateLimiter<K> {
         let mut current = self.quota.lock();
         *current = quota;
         self.params.store(quota.params());
-        // A lower τ may make keys idle earlier than the last full sweep saw.
-        self.slow.lock().idle_not_before = 0;
+        // A lower τ may make keys idle earlier than the last sweep pass saw.
+        let mut slow = self.slow.lock();
+        slow.idle_not_before = 0;
+        slow.pass_min = 0;
     }
 
     /// The clock this limiter reads.
@@ -278,7 +289,8 @@ impl<K> KeyedRateLimiter<K> {
                 let now = self.clock.now_nanos();
                 let key = self.key_word(slot);
                 let ours = || key.load(Ordering::Acquire) == fp;
-                if let Some(v) = cell::step_atomic(self.tat_word(slot), now, p, w, DenyReason::Quota, ours)
+                if let Some(v) =
+                    cell::step_atomic(self.tat_word(slot), now, p, w, DenyReason::Quota, ours)
                 {
                     return v;
                 }
@@ -299,7 +311,11 @@ impl<K> KeyedRateLimiter<K> {
             _ if self.len() < self.max_keys => cell::evaluate(0, now, p, w, DenyReason::Quota),
             _ => {
                 let op = self.overflow_params(p);
-                let w = if w == 0 { 0 } else { op.weight(1).unwrap_or(op.tau) };
+                let w = if w == 0 {
+                    0
+                } else {
+                    op.weight(1).unwrap_or(op.tau)
+                };
                 let tat = self.overflow.tat.0.load(Ordering::Relaxed);
                 cell::evaluate(tat, now, &op, w, DenyReason::KeyTableFull)
             }
@@ -327,7 +343,7 @@ impl<K> KeyedRateLimiter<K> {
                 return v;
             }
         }
-        if self.len() >= self.max_keys && self.sweep_all(&mut slow, now) && fp != 0 {
+        if self.len() >= self.max_keys && self.sweep_some(&mut slow, now) && fp != 0 {
             if let Some(v) = self.step_in_window(&mut slow, fp, now, p, w) {
                 return v;
             }
@@ -349,7 +365,14 @@ impl<K> KeyedRateLimiter<K> {
 
     /// Under the lock: the key's own slot (live or dead), else a free one in its window.
     /// `None` if the window has no room or the table is full.
-    fn step_in_window(&self, slow: &mut Slow, fp: u64, now: u64, p: &Params, w: u64) -> Option<Verdict> {
+    fn step_in_window(
+        &self,
+        slow: &mut Slow,
+        fp: u64,
+        now: u64,
+        p: &Params,
+        w: u64,
+    ) -> Option<Verdict> {
         let home = self.home(fp);
         let mut free = None;
         let mut slot = home;
@@ -367,7 +390,7 @@ impl<K> KeyedRateLimiter<K> {
                 }
                 return Some(self.place(slow, slot, fp, false, now, p, w));
             }
-            if key == 0 || self.sweep_slot(slot, now) {
+            if key == 0 || !matches!(self.sweep_slot(slot, now), Swept::Live(_)) {
                 free = free.or(Some((slot, key == 0)));
                 if key == 0 {
                     break;
@@ -385,30 +408,41 @@ impl<K> KeyedRateLimiter<K> {
         Some(self.place(slow, slot, fp, empty, now, p, w))
     }
 
-    /// Marks `slot` dead if it is idle (TAT ≤ now). Returns `true` if the slot is dead.
-    fn sweep_slot(&self, slot: usize, now: u64) -> bool {
+    /// Marks `slot` dead if it is idle (TAT ≤ now).
+    fn sweep_slot(&self, slot: usize, now: u64) -> Swept {
         let tat = self.tat_word(slot);
-        let cur = tat.load(Ordering::Acquire);
-        if cur == TOMBSTONE {
-            return true;
-        }
+        let mut cur = tat.load(Ordering::Acquire);
         // The CAS races allows on the same word: if an allow lands first the CAS fails and the
         // key stays; if the CAS lands first the allow's CAS fails, sees the tombstone and
         // revives the key under this same lock. No update is lost either way.
-        if cur <= now
-            && tat
-                .compare_exchange(cur, TOMBSTONE, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
-        {
-            self.len.fetch_sub(1, Ordering::Relaxed);
-            return true;
+        while cur != TOMBSTONE && cur <= now {
+            match tat.compare_exchange(cur, TOMBSTONE, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => {
+                    self.len.fetch_sub(1, Ordering::Relaxed);
+                    return Swept::Freed;
+                }
+                Err(actual) => cur = actual,
+            }
         }
-        false
+        if cur == TOMBSTONE {
+            Swept::Dead
+        } else {
+            Swept::Live(cur)
+        }
     }
 
     /// Places `fp` in `slot` (empty, or dead) with the TAT its first step leaves.
     #[allow(clippy::too_many_arguments)]
-    fn place(&self, slow: &mut Slow, slot: usize, fp: u64, empty: bool, now: u64, p: &Params, w: u64) -> Verdict {
+    fn place(
+        &self,
+        slow: &mut Slow,
+        slot: usize,
+        fp: u64,
+        empty: bool,
+        now: u64,
+        p: &Params,
+        w: u64,
+    ) -> Verdict {
         let mut tat = 0;
         let v = step_plain(&mut tat, now, p, w, DenyReason::Quota);
         if tat == 0 {
@@ -432,33 +466,48 @@ impl<K> KeyedRateLimiter<K> {
     fn inserted(&self, slow: &mut Slow, tat: u64) {
         self.len.fetch_add(1, Ordering::Relaxed);
         slow.idle_not_before = slow.idle_not_before.min(tat);
+        slow.pass_min = slow.pass_min.min(tat);
     }
 
-    /// Before giving up on a full table: sweep every slot and the spill map, if some key can
-    /// have gone idle since the last full sweep and enough arrivals have paid for it (a full
-    /// sweep costs one credit per slot; each full-table arrival earns [`SWEEP_CREDIT`], and
-    /// the first sweep is free). Returns `true` if it swept.
-    fn sweep_all(&self, slow: &mut Slow, now: u64) -> bool {
-        slow.sweep_credit = slow.sweep_credit.saturating_add(SWEEP_CREDIT);
-        if now < slow.idle_not_before || slow.sweep_credit < self.capacity {
+    /// Before giving up on a full table: if some key can be idle by now, sweep on from the
+    /// cursor until one idle key is freed or a whole pass is done. Each slot is visited once
+    /// per pass, and a pass that finds nothing records the earliest instant a tracked key can
+    /// go idle, so full-table arrivals before then cost nothing. Returns `true` if it freed a
+    /// key.
+    fn sweep_some(&self, slow: &mut Slow, now: u64) -> bool {
+        if now < slow.idle_not_before {
             return false;
         }
-        slow.sweep_credit = 0;
-        let mut min_live = u64::MAX;
-        for slot in 0..self.capacity {
-            if self.key_word(slot).load(Ordering::Acquire) != 0 && !self.sweep_slot(slot, now) {
-                min_live = min_live.min(self.tat_word(slot).load(Ordering::Acquire));
+        let before = slow.spill.len();
+        slow.spill.retain(|_, tat| *tat > now);
+        if slow.spill.len() < before {
+            self.len
+                .fetch_sub(before - slow.spill.len(), Ordering::Relaxed);
+            self.spilled.store(slow.spill.len(), Ordering::Relaxed);
+            return true;
+        }
+        for _ in 0..self.capacity {
+            let slot = slow.cursor;
+            let swept = if self.key_word(slot).load(Ordering::Acquire) == 0 {
+                Swept::Dead
+            } else {
+                self.sweep_slot(slot, now)
+            };
+            if let Swept::Live(tat) = swept {
+                slow.pass_min = slow.pass_min.min(tat);
+            }
+            slow.cursor = slot + 1;
+            if slow.cursor == self.capacity {
+                let spill_min = slow.spill.values().copied().min().unwrap_or(u64::MAX);
+                slow.idle_not_before = slow.pass_min.min(spill_min);
+                slow.pass_min = u64::MAX;
+                slow.cursor = 0;
+            }
+            if let Swept::Freed = swept {
+                return true;
             }
         }
-        let before = slow.spill.len();
-        slow.spill.retain(|_, tat| {
-            min_live = min_live.min(*tat);
-            *tat > now
-        });
-        self.len.fetch_sub(before - slow.spill.len(), Ordering::Relaxed);
-        self.spilled.store(slow.spill.len(), Ordering::Relaxed);
-        slow.idle_not_before = min_live;
-        true
+        false
     }
 
     fn overflow_params(&self, p: &Params) -> Params {
@@ -511,7 +560,10 @@ impl<K> fmt::Debug for KeyedRateLimiterBuilder<K> {
             .field("quota", &self.quota.to_string())
             .field("clock", &self.clock)
             .field("max_keys", &self.max_keys)
-            .field("overflow_quota", &self.overflow_quota.map(|q| q.to_string()))
+            .field(
+                "overflow_quota",
+                &self.overflow_quota.map(|q| q.to_string()),
+            )
             .finish()
     }
 }
@@ -558,7 +610,7 @@ impl<K> KeyedRateLimiterBuilder<K> {
             len: AtomicUsize::new(0),
             spilled: AtomicUsize::new(0),
             slow: Mutex::new(Slow {
-                sweep_credit: capacity,
+                pass_min: u64::MAX,
                 ..Slow::default()
             }),
             _key: PhantomData,
