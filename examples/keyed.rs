@@ -16,7 +16,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .overflow_quota("50/s".parse()?)
         .build();
 
-    let allowed = (0..8).filter(|_| lim.check_key("alice").is_permitted()).count();
+    let allowed = (0..8)
+        .filter(|_| lim.check_key("alice").is_permitted())
+        .count();
     println!("alice sent 8 at once: {allowed} allowed");
     if let Verdict::Deny(d) = lim.check_key("alice") {
         println!("alice again: denied, retry after {:?}", d.retry_after());
@@ -31,12 +33,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         }
     }
-    println!("5,000 bot keys: {} tracked, {full} denied with KeyTableFull", lim.len());
-    println!("alice is still tracked and still limited: permitted = {}", lim.check_key("alice").is_permitted());
+    println!(
+        "5,000 bot keys: {} tracked, {full} denied with KeyTableFull",
+        lim.len()
+    );
+    println!(
+        "alice is still tracked and still limited: permitted = {}",
+        lim.check_key("alice").is_permitted()
+    );
 
     // Idle keys are indistinguishable from new ones and are swept as new keys arrive.
     clock.advance(Duration::from_secs(2));
-    println!("two seconds later, carol: permitted = {}", lim.check_key("carol").is_permitted());
+    println!(
+        "two seconds later, carol: permitted = {}",
+        lim.check_key("carol").is_permitted()
+    );
     println!("tracked keys now: {}", lim.len());
     Ok(())
 }

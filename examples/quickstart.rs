@@ -11,7 +11,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Quotas always carry their unit; Display gives the canonical form.
     for text in ["10/s", "600/min", "100/s;burst=250", "2Gbit/s;burst=64MiB"] {
         let quota: Quota = text.parse()?;
-        println!("{text:>22} -> {quota} (burst {}, interval {:?})", quota.burst(), quota.interval());
+        println!(
+            "{text:>22} -> {quota} (burst {}, interval {:?})",
+            quota.burst(),
+            quota.interval()
+        );
     }
     let a: Quota = "2Gbit/s".parse()?;
     let b: Quota = "250MB/s".parse()?;
@@ -20,7 +24,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // A burst of 3, then a denial that says exactly when to come back. The manual clock keeps
     // the output the same on every run; real code uses the default monotonic clock.
     let clock = ManualClock::new();
-    let lim = RateLimiter::builder("3/s".parse()?).clock(clock.clone()).build();
+    let lim = RateLimiter::builder("3/s".parse()?)
+        .clock(clock.clone())
+        .build();
     for i in 1..=4 {
         match lim.check() {
             Verdict::Allow(a) => println!("request {i}: allowed, {} left", a.remaining()),
@@ -36,8 +42,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
 
     // One cell per customer, looked up by &str without allocating.
-    let per_customer: KeyedRateLimiter<String> =
-        KeyedRateLimiter::builder("1/min".parse()?).clock(clock.clone()).build();
+    let per_customer: KeyedRateLimiter<String> = KeyedRateLimiter::builder("1/min".parse()?)
+        .clock(clock.clone())
+        .build();
     for customer in ["alice", "alice", "bob"] {
         let verdict = per_customer.check_key(customer);
         println!("{customer}: permitted = {}", verdict.is_permitted());

@@ -4,40 +4,38 @@
 use core::hint::spin_loop;
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 
-use parking_lot::Mutex;
-
 use crate::gcra::{self, Outcome, Params, Per};
-use crate::verdict::{Allowed, Denied, DenyReason, Verdict};
+use crate::verdict::{Allowed, Denied, DenyReason, PassReason, PassThrough, Shadow, Verdict};
 
 /// The TAT value that marks a keyed slot as dead (swept); never a real TAT
 /// ([`gcra::MAX_TAT`] is one less).
 pub(crate) const TOMBSTONE: u64 = u64::MAX;
 
-/// Quota parameters behind a sequence lock: readers never block and never write; a writer
-/// (`set_quota`, rare) makes the sequence odd, writes, and makes it even again.
+/// Quota parameters behind a double-buffered sequence lock: readers never write and never
+/// wait for a writer. A writer (`set_quota`, rare, serialised by the caller's quota lock)
+/// fills the copy readers are not using, then publishes it by bumping `seq`; a reader retries
+/// only if a whole write finished while it read.
 ///
 /// | word | meaning |
 /// |---|---|
-/// | `seq` | even: stable; odd: a write is in progress |
-/// | `words[0]` | `T` in ns for a request quota; 0 for a byte budget |
-/// | `words[1]` | τ in ns |
-/// | `words[2]` | effective burst |
-/// | `words[3]` | byte budgets: numerator of ns per byte |
-/// | `words[4..6]` | byte budgets: denominator of ns per byte (low, high) |
+/// | `seq` | the copy in force is `copies[seq & 1]` |
+/// | `copies[i][0]` | `T` in ns for a request quota; 0 for a byte budget |
+/// | `copies[i][1]` | τ in ns |
+/// | `copies[i][2]` | effective burst |
+/// | `copies[i][3]` | byte budgets: numerator of ns per byte |
+/// | `copies[i][4..6]` | byte budgets: denominator of ns per byte (low, high) |
 #[derive(Debug)]
 pub(crate) struct SharedParams {
     seq: AtomicU64,
-    words: [AtomicU64; 6],
-    writer: Mutex<()>,
+    copies: [[AtomicU64; 6]; 2],
 }
 
 impl SharedParams {
     pub(crate) fn new(params: Params) -> Self {
-        let words = encode(params).map(AtomicU64::new);
+        let words = encode(params);
         Self {
             seq: AtomicU64::new(0),
-            words,
-            writer: Mutex::new(()),
+            copies: [words.map(AtomicU64::new), words.map(AtomicU64::new)],
         }
     }
 
@@ -45,40 +43,43 @@ impl SharedParams {
     #[inline]
     pub(crate) fn load(&self) -> Params {
         loop {
-            // Acquire: the words read below are at least as new as this sequence number.
+            // Acquire: pairs with the writer's Release, so the copy read below is complete.
             let before = self.seq.load(Ordering::Acquire);
+            let c = &self.copies[(before & 1) as usize];
             // Relaxed: validated by the sequence check after the fence.
-            let words = [
-                self.words[0].load(Ordering::Relaxed),
-                self.words[1].load(Ordering::Relaxed),
-                self.words[2].load(Ordering::Relaxed),
-                self.words[3].load(Ordering::Relaxed),
-                self.words[4].load(Ordering::Relaxed),
-                self.words[5].load(Ordering::Relaxed),
-            ];
-            // Acquire fence: the word loads above happen before the re-read of `seq`, so a
-            // write that overlapped them is seen as a changed sequence number.
+            let t = c[0].load(Ordering::Relaxed);
+            let tau = c[1].load(Ordering::Relaxed);
+            let burst = c[2].load(Ordering::Relaxed);
+            // Byte budgets only: request quotas skip three loads.
+            let byte = (t == 0).then(|| {
+                let num = c[3].load(Ordering::Relaxed);
+                let den = u128::from(c[4].load(Ordering::Relaxed))
+                    | (u128::from(c[5].load(Ordering::Relaxed)) << 64);
+                (num, den)
+            });
+            // Acquire fence: the loads above happen before the re-read of `seq`, so a write
+            // into this copy that overlapped them shows as a changed sequence number.
             fence(Ordering::Acquire);
-            let after = self.seq.load(Ordering::Relaxed);
-            if before == after && before & 1 == 0 {
-                return decode(words);
+            if self.seq.load(Ordering::Relaxed) == before {
+                let per = match byte {
+                    Some((num, den)) => Per::Byte { num, den },
+                    None => Per::Request { t },
+                };
+                return Params { per, tau, burst };
             }
             spin_loop();
         }
     }
 
-    /// Publishes new parameters.
+    /// Publishes new parameters. Callers serialise writers (the limiter's quota lock).
     pub(crate) fn store(&self, params: Params) {
-        let _writer = self.writer.lock();
         let seq = self.seq.load(Ordering::Relaxed);
-        self.seq.store(seq.wrapping_add(1), Ordering::Relaxed);
-        // Release fence: a reader that sees any word below also sees the odd sequence.
-        fence(Ordering::Release);
-        for (word, value) in self.words.iter().zip(encode(params)) {
+        let next = seq.wrapping_add(1);
+        for (word, value) in self.copies[(next & 1) as usize].iter().zip(encode(params)) {
             word.store(value, Ordering::Relaxed);
         }
-        // Release: a reader that sees the even sequence sees every word written above.
-        self.seq.store(seq.wrapping_add(2), Ordering::Release);
+        // Release: a reader that sees `next` sees every word written above.
+        self.seq.store(next, Ordering::Release);
     }
 }
 
@@ -91,20 +92,23 @@ fn encode(p: Params) -> [u64; 6] {
     [t, p.tau, p.burst, num, den as u64, (den >> 64) as u64]
 }
 
-#[inline]
-fn decode(w: [u64; 6]) -> Params {
-    let per = match w[0] {
-        0 => Per::Byte {
-            num: w[3],
-            den: u128::from(w[4]) | (u128::from(w[5]) << 64),
-        },
-        t => Per::Request { t },
-    };
-    Params {
-        per,
-        tau: w[1],
-        burst: w[2],
-    }
+/// One check against a cell: the instant it was read at, the parameters, its weight (≥ 1).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Attempt<'a> {
+    pub(crate) now: u64,
+    pub(crate) p: &'a Params,
+    pub(crate) w: u64,
+}
+
+/// Takes a fresh reading when the clamp would lower `cur`. Another thread may have written
+/// `cur` from a later reading than ours; lowering it to our `now + τ` would hand out the
+/// difference. Only a genuine lowering (a smaller τ, a clock switch) survives a fresh reading.
+#[cold]
+fn refresh(now: &mut u64, fresh: impl Fn() -> u64) -> bool {
+    let f = fresh();
+    let moved = f > *now;
+    *now = (*now).max(f);
+    moved
 }
 
 /// The allowance reported after a step that left the TAT `ahead` ns in front of `now`.
@@ -139,30 +143,37 @@ pub(crate) fn verdict(outcome: Outcome, p: &Params, reason: DenyReason) -> Verdi
     }
 }
 
-/// Runs one step of weight `w ≥ 1` on the TAT word: one CAS loop on allow; a denial writes
-/// only when the clamp lowered the TAT (after a quota change), never in steady state.
+/// Runs one step on the TAT word: one CAS loop on allow; a denial writes only when the clamp
+/// genuinely lowers the TAT (after a quota change), never in steady state.
 ///
 /// `still_ours` is asked after each read of the word (the keyed table re-checks that the slot
-/// still holds its key). Returns `None` if the word holds [`TOMBSTONE`] or `still_ours` says
-/// no: the caller must look the key up again.
+/// still holds its key); `fresh` reads the clock again (see [`refresh`]). Returns `None` if the
+/// word holds [`TOMBSTONE`] or `still_ours` says no: the caller must look the key up again.
 #[inline]
 pub(crate) fn step_atomic(
     word: &AtomicU64,
-    now: u64,
-    p: &Params,
-    w: u64,
+    a: Attempt<'_>,
     reason: DenyReason,
     still_ours: impl Fn() -> bool,
+    fresh: impl Fn() -> u64,
 ) -> Option<Verdict> {
+    let (p, w, mut now) = (a.p, a.w, a.now);
     // Acquire (load and failed CAS): in the keyed table a slot's new TAT is published with
     // Release after its new key, so a reader that sees the TAT and re-checks the key sees the
     // new key. For a direct limiter this costs nothing on x86 and orders nothing else.
     let mut cur = word.load(Ordering::Acquire);
+    let mut refreshed = false;
     loop {
         if cur == TOMBSTONE || !still_ours() {
             return None;
         }
         let clamped = gcra::clamp(cur, now, p.tau);
+        if clamped < cur && !refreshed {
+            refreshed = true;
+            if refresh(&mut now, &fresh) {
+                continue;
+            }
+        }
         let outcome = gcra::step(clamped, now, w, p.tau);
         let next = match outcome {
             Outcome::Allow { tat, .. } => tat,
@@ -171,7 +182,10 @@ pub(crate) fn step_atomic(
         };
         match word.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => return Some(verdict(outcome, p, reason)),
-            Err(actual) => cur = actual,
+            Err(actual) => {
+                cur = actual;
+                refreshed = false;
+            }
         }
     }
 }
@@ -181,16 +195,121 @@ pub(crate) fn step_atomic(
 #[inline]
 pub(crate) fn step_word(
     word: &AtomicU64,
-    now: u64,
-    p: &Params,
-    w: u64,
+    a: Attempt<'_>,
     reason: DenyReason,
+    fresh: impl Fn() -> u64,
 ) -> Verdict {
-    step_atomic(word, now, p, w, reason, || true).unwrap_or(Verdict::Deny(Denied::new(
+    step_atomic(word, a, reason, || true, fresh).unwrap_or(Verdict::Deny(Denied::new(
         u64::MAX,
         DenyReason::ClockOverflow,
     )))
 }
+
+/// The ceiling that still applies during a pass-through: `factor` × the quota (rate and
+/// burst), as `(weight of this check, tolerance)`.
+#[inline]
+pub(crate) fn ceiling(p: &Params, w: u64, factor: u32) -> (u64, u64) {
+    let f = u64::from(factor);
+    (w.div_ceil(f), p.tau.saturating_mul(f).min(gcra::MAX_TAU))
+}
+
+/// A step while the limiter passes traffic through with `reason`: the shadow verdict is the
+/// normal step (its TAT written on a shadow-allow, so the shadow stays true); a shadow-denial
+/// passes if the `ceiling` (weight, tolerance) admits it, and is charged against it; past the
+/// ceiling it is a real denial ([`DenyReason::Ceiling`]). Returns `None` like [`step_atomic`].
+#[inline]
+pub(crate) fn step_pass_through(
+    word: &AtomicU64,
+    a: Attempt<'_>,
+    reason: PassReason,
+    ceiling: Option<(u64, u64)>,
+    still_ours: impl Fn() -> bool,
+    fresh: impl Fn() -> u64,
+) -> Option<Verdict> {
+    let (p, w, mut now) = (a.p, a.w, a.now);
+    let mut cur = word.load(Ordering::Acquire);
+    let mut refreshed = false;
+    loop {
+        if cur == TOMBSTONE || !still_ours() {
+            return None;
+        }
+        if cur > now.saturating_add(p.tau) && !refreshed {
+            refreshed = true;
+            if refresh(&mut now, &fresh) {
+                continue;
+            }
+        }
+        let Some((next, verdict)) = pass_step(cur, now, p, w, reason, ceiling) else {
+            return Some(verdict_of_pass(cur, now, p, w, reason, ceiling));
+        };
+        match word.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return Some(verdict),
+            Err(actual) => {
+                cur = actual;
+                refreshed = false;
+            }
+        }
+    }
+}
+
+/// The write and verdict of one pass-through step, or `None` if it writes nothing.
+fn pass_step(
+    cur: u64,
+    now: u64,
+    p: &Params,
+    w: u64,
+    reason: PassReason,
+    ceiling: Option<(u64, u64)>,
+) -> Option<(u64, Verdict)> {
+    let passed = |shadow| Verdict::PassThrough(PassThrough::new(reason, shadow));
+    // A shadow-allow implies tat ≤ now + τ − w: the normal clamp lowers nothing here.
+    match gcra::step(gcra::clamp(cur, now, p.tau), now, w, p.tau) {
+        Outcome::Allow { tat, .. } => Some((tat, passed(Shadow::Allow))),
+        Outcome::Overflow => None,
+        Outcome::Deny { .. } => {
+            let (wc, tc) = ceiling?;
+            let clamped = gcra::clamp(cur, now, tc);
+            match gcra::step(clamped, now, wc, tc) {
+                Outcome::Allow { tat, .. } => Some((tat, passed(Shadow::Deny))),
+                Outcome::Deny { retry_after } if clamped < cur => Some((
+                    clamped,
+                    Verdict::Deny(Denied::new(retry_after, DenyReason::Ceiling)),
+                )),
+                _ => None,
+            }
+        }
+    }
+}
+
+/// The verdict of a pass-through step that writes nothing.
+#[cold]
+fn verdict_of_pass(
+    cur: u64,
+    now: u64,
+    p: &Params,
+    w: u64,
+    reason: PassReason,
+    ceiling: Option<(u64, u64)>,
+) -> Verdict {
+    match gcra::step(gcra::clamp(cur, now, p.tau), now, w, p.tau) {
+        Outcome::Overflow => verdict(Outcome::Overflow, p, DenyReason::Quota),
+        _ => match ceiling {
+            None => Verdict::PassThrough(PassThrough::new(reason, Shadow::Deny)),
+            Some((wc, tc)) => match gcra::step(gcra::clamp(cur, now, tc), now, wc, tc) {
+                Outcome::Deny { retry_after } => {
+                    Verdict::Deny(Denied::new(retry_after, DenyReason::Ceiling))
+                }
+                other => verdict(other, p, DenyReason::Ceiling),
+            },
+        },
+    }
+}
+
+/// Keeps a hot atomic on its own cache line(s), so writes to it do not slow readers of its
+/// neighbours (128 bytes: adjacent-line prefetch pairs lines on x86).
+#[derive(Debug, Default)]
+#[repr(align(128))]
+pub(crate) struct Padded<T>(pub(crate) T);
 
 #[cfg(test)]
 mod tests {
@@ -226,14 +345,32 @@ mod tests {
         };
         // A TAT far ahead (left by an older, larger τ): clamped to now + τ and stored.
         let word = AtomicU64::new(1_000);
-        let v = step_atomic(&word, 100, &p, 10, DenyReason::Quota, || true);
+        let a = Attempt {
+            now: 100,
+            p: &p,
+            w: 10,
+        };
+        let v = step_atomic(&word, a, DenyReason::Quota, || true, || 100);
         assert!(matches!(v, Some(Verdict::Deny(_))));
         assert_eq!(word.load(Ordering::Relaxed), 120);
     }
-}
 
-/// Keeps a hot atomic on its own cache line(s), so writes to it do not slow readers of its
-/// neighbours (128 bytes: adjacent-line prefetch pairs lines on x86).
-#[derive(Debug, Default)]
-#[repr(align(128))]
-pub(crate) struct Padded<T>(pub(crate) T);
+    #[test]
+    fn a_stale_reading_never_lowers_a_fresher_tat() {
+        let p = Params {
+            per: Per::Request { t: 10 },
+            tau: 20,
+            burst: 2,
+        };
+        // Another thread, reading now = 1005, left the cell empty: TAT = 1005 + τ.
+        let word = AtomicU64::new(1_025);
+        let stale = Attempt {
+            now: 1_000,
+            p: &p,
+            w: 10,
+        };
+        let v = step_atomic(&word, stale, DenyReason::Quota, || true, || 1_005);
+        assert!(matches!(v, Some(Verdict::Deny(_))));
+        assert_eq!(word.load(Ordering::Relaxed), 1_025, "nothing handed out");
+    }
+}

@@ -127,6 +127,16 @@ impl Clock {
         }
     }
 
+    /// The reading without the backward-step absorption of manual and custom clocks: what the
+    /// watchdog compares, so it can see a step back.
+    pub(crate) fn raw_nanos(&self) -> u64 {
+        match &self.source {
+            Source::Manual(m, _) => m.nanos(),
+            Source::Custom(f, _) => f(),
+            _ => self.now_nanos(),
+        }
+    }
+
     /// Time since the process epoch.
     #[inline]
     pub fn now(&self) -> Duration {

@@ -47,6 +47,18 @@ pub(crate) struct Params {
 }
 
 impl Params {
+    /// The weight of one unit (a request, or a byte), the cost of [`crate::RateLimiter::check`].
+    #[inline]
+    pub(crate) fn unit(&self) -> u64 {
+        match self.per {
+            Per::Request { t } => t,
+            // Every burst is at least 1, so one unit always has a weight ≤ τ.
+            Per::Byte { .. } => self.weight(1).unwrap_or(self.tau),
+        }
+    }
+}
+
+impl Params {
     /// The weight in ns of a cost of `n` units, or `None` if `n` exceeds the burst (then the
     /// check can never conform: [`crate::InsufficientCapacity`]).
     #[inline]
@@ -107,6 +119,12 @@ pub(crate) fn clamp(tat: u64, now: u64, tau: u64) -> u64 {
 #[inline]
 pub(crate) fn step(tat: u64, now: u64, w: u64, tau: u64) -> Outcome {
     let base = tat.max(now);
+    // Overflow first: a denial's retry-after must be exact, and a check whose TAT cannot fit
+    // will not fit later either.
+    let tat = match base.checked_add(w) {
+        Some(tat) if tat <= MAX_TAT => tat,
+        _ => return Outcome::Overflow,
+    };
     // base − now ≤ τ after the clamp, and w ≤ τ ≤ 2^62: the sum cannot overflow.
     let ahead = (base - now) + w;
     if ahead > tau {
@@ -114,10 +132,7 @@ pub(crate) fn step(tat: u64, now: u64, w: u64, tau: u64) -> Outcome {
             retry_after: ahead - tau,
         };
     }
-    match base.checked_add(w) {
-        Some(tat) if tat <= MAX_TAT => Outcome::Allow { tat, ahead },
-        _ => Outcome::Overflow,
-    }
+    Outcome::Allow { tat, ahead }
 }
 
 #[cfg(test)]

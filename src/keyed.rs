@@ -29,19 +29,25 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
 
-use crate::cell::{self, Padded, SharedParams, TOMBSTONE};
+use crate::cell::{self, Attempt, Padded, SharedParams, TOMBSTONE};
 use crate::check::Check;
 use crate::clock::Clock;
 use crate::error::InsufficientCapacity;
+use crate::fault::FaultDetector;
 use crate::fingerprint::Fingerprinter;
 use crate::gcra::{self, Outcome, Params};
+use crate::guard::{self, Guard};
 use crate::quota::Quota;
-use crate::verdict::{DenyReason, Verdict};
+use crate::stats::Stats;
+use crate::verdict::{Denied, DenyReason, PassReason, Verdict};
+use crate::watchdog::Watchdog;
 
 /// How far from its home slot a key may live before it spills.
 const WINDOW: usize = 64;
 /// The default bound on tracked keys: 2^20.
 pub const DEFAULT_MAX_KEYS: usize = 1 << 20;
+/// The largest bound on tracked keys a builder accepts: 2^32 − 1 (about 96 GiB of table).
+pub const MAX_KEYS_LIMIT: usize = u32::MAX as usize;
 
 /// A rate limiter with one cell per key, bounded to `max_keys` live keys.
 ///
@@ -84,6 +90,7 @@ pub struct KeyedRateLimiter<K> {
     /// Size of the spill map, read without the lock to skip it when empty.
     spilled: AtomicUsize,
     slow: Mutex<Slow>,
+    guard: Option<Box<Guard>>,
     _key: PhantomData<fn(&K)>,
 }
 
@@ -102,6 +109,9 @@ struct Slow {
     /// No tracked key can be idle before this instant (the smallest TAT seen by the last full
     /// sweep pass, lowered by later inserts); 0 when unknown.
     idle_not_before: u64,
+    /// The latest clock reading taken under the lock: readings here never go backwards, even
+    /// on a TSC that is not synchronised across cores.
+    last_now: u64,
     /// Where the resumable full-table sweep goes on.
     cursor: usize,
     /// The smallest live TAT seen in the current sweep pass (0 when unknown).
@@ -116,6 +126,14 @@ enum Swept {
     Freed,
     /// The slot holds a live key with this TAT.
     Live(u64),
+}
+
+/// One check's key and cost: its fingerprint, its cost in units, and the weight of that cost.
+#[derive(Clone, Copy, Debug)]
+struct Ask {
+    fp: u64,
+    cost: u64,
+    w: u64,
 }
 
 enum Found {
@@ -136,6 +154,8 @@ impl<K> KeyedRateLimiter<K> {
             clock: Clock::monotonic(),
             max_keys: DEFAULT_MAX_KEYS,
             overflow_quota: None,
+            detector: None,
+            watchdog: None,
             _key: PhantomData,
         }
     }
@@ -177,6 +197,15 @@ impl<K> KeyedRateLimiter<K> {
         slow.pass_min = 0;
     }
 
+    /// The fault detector's counts, if one is attached.
+    pub fn stats(&self) -> Option<Stats> {
+        self.guard
+            .as_ref()?
+            .detector
+            .as_ref()
+            .map(FaultDetector::stats)
+    }
+
     /// The clock this limiter reads.
     pub fn clock(&self) -> &Clock {
         &self.clock
@@ -192,8 +221,15 @@ impl<K: Hash> KeyedRateLimiter<K> {
         Q: Hash + ?Sized,
     {
         let p = self.params.load();
-        let w = p.weight(1).unwrap_or(p.tau);
-        self.step_key(self.fingerprinter.fingerprint(key), &p, w)
+        let fp = self.fingerprinter.fingerprint(key);
+        self.step_key(
+            Ask {
+                fp,
+                cost: 1,
+                w: p.unit(),
+            },
+            &p,
+        )
     }
 
     /// Checks `cost` units for `key`: all or nothing. A cost of 0 reports the remaining
@@ -216,7 +252,7 @@ impl<K: Hash> KeyedRateLimiter<K> {
         if w == 0 {
             return Ok(self.peek_fp(fp, &p, 0));
         }
-        Ok(self.step_key(fp, &p, w))
+        Ok(self.step_key(Ask { fp, cost, w }, &p))
     }
 
     /// Checks with per-request arguments (cost, attempt, priority class).
@@ -240,7 +276,7 @@ impl<K: Hash> KeyedRateLimiter<K> {
         Q: Hash + ?Sized,
     {
         let p = self.params.load();
-        let w = p.weight(1).unwrap_or(p.tau);
+        let w = p.unit();
         self.peek_fp(self.fingerprinter.fingerprint(key), &p, w)
     }
 }
@@ -266,6 +302,9 @@ impl<K> KeyedRateLimiter<K> {
     /// Finds `fp` in its window without locking.
     #[inline]
     fn find(&self, fp: u64) -> Found {
+        if self.capacity == 0 {
+            return Found::Absent;
+        }
         let mut slot = self.home(fp);
         for _ in 0..WINDOW {
             // Acquire: pairs with the Release store of a newly placed key, so its TAT is seen.
@@ -283,26 +322,96 @@ impl<K> KeyedRateLimiter<K> {
     }
 
     #[inline]
-    fn step_key(&self, fp: u64, p: &Params, w: u64) -> Verdict {
+    fn now(&self) -> u64 {
+        match &self.guard {
+            None => self.clock.now_nanos(),
+            Some(g) => g.now(&self.clock),
+        }
+    }
+
+    #[inline]
+    fn step_key(&self, ask: Ask, p: &Params) -> Verdict {
+        match &self.guard {
+            None => self.step_key_enforcing(ask, p),
+            Some(g) => self.step_key_guarded(g, ask, p),
+        }
+    }
+
+    fn step_key_guarded(&self, g: &Guard, ask: Ask, p: &Params) -> Verdict {
+        let v = match g.pass_reason() {
+            None => self.step_key_enforcing(ask, p),
+            Some(reason) => self.step_key_passing(ask, p, reason, g.ceiling(p, ask.w)),
+        };
+        g.observe(&v, Some(ask.fp));
+        v
+    }
+
+    /// During a pass-through: the shadow step, under the ceiling, on the key's own cell.
+    fn step_key_passing(
+        &self,
+        ask: Ask,
+        p: &Params,
+        reason: PassReason,
+        ceiling: Option<(u64, u64)>,
+    ) -> Verdict {
+        let Ask { fp, w, .. } = ask;
         if fp != 0 {
             if let Found::Slot(slot) = self.find(fp) {
-                let now = self.clock.now_nanos();
                 let key = self.key_word(slot);
                 let ours = || key.load(Ordering::Acquire) == fp;
+                let (tat, a) = (
+                    self.tat_word(slot),
+                    Attempt {
+                        now: self.now(),
+                        p,
+                        w,
+                    },
+                );
                 if let Some(v) =
-                    cell::step_atomic(self.tat_word(slot), now, p, w, DenyReason::Quota, ours)
+                    cell::step_pass_through(tat, a, reason, ceiling, ours, || self.now())
                 {
                     return v;
                 }
             }
         }
-        self.step_slow(fp, p, w)
+        guard::pass(self.step_slow(ask, p), reason)
+    }
+
+    #[inline]
+    fn step_key_enforcing(&self, ask: Ask, p: &Params) -> Verdict {
+        let Ask { fp, w, .. } = ask;
+        if fp != 0 {
+            if let Found::Slot(slot) = self.find(fp) {
+                let now = self.now();
+                let key = self.key_word(slot);
+                let ours = || key.load(Ordering::Acquire) == fp;
+                if let Some(v) = cell::step_atomic(
+                    self.tat_word(slot),
+                    Attempt { now, p, w },
+                    DenyReason::Quota,
+                    ours,
+                    || self.now(),
+                ) {
+                    return v;
+                }
+            }
+        }
+        self.step_slow(ask, p)
     }
 
     fn peek_fp(&self, fp: u64, p: &Params, w: u64) -> Verdict {
-        let now = self.clock.now_nanos();
+        let v = self.peek_enforcing(fp, p, w);
+        match self.guard.as_ref().and_then(|g| g.pass_reason()) {
+            Some(reason) if w > 0 => guard::pass(v, reason),
+            _ => v,
+        }
+    }
+
+    fn peek_enforcing(&self, fp: u64, p: &Params, w: u64) -> Verdict {
+        let now = self.now();
         let tat = match (fp, self.find(fp)) {
             (1.., Found::Slot(slot)) => Some(self.tat_word(slot).load(Ordering::Acquire)),
+            _ if self.spilled.load(Ordering::Relaxed) == 0 => None,
             _ => self.slow.lock().spill.get(&fp).copied(),
         };
         match tat {
@@ -324,19 +433,21 @@ impl<K> KeyedRateLimiter<K> {
 
     /// The insert path: new keys, revivals, spilled keys and the overflow cell.
     #[cold]
-    fn step_slow(&self, fp: u64, p: &Params, w: u64) -> Verdict {
+    fn step_slow(&self, ask: Ask, p: &Params) -> Verdict {
+        let Ask { fp, cost, w } = ask;
         let mut slow = self.slow.lock();
         // Read under the lock, so the instants of successive sweeps and placements never go
         // backwards: a slot's new TAT (`now + w`) then exceeds every TAT it held before it was
         // swept (`≤ now`), and a stale reader's CAS on the old value cannot land on the new key.
-        let now = self.clock.now_nanos();
+        let now = self.now().max(slow.last_now);
+        slow.last_now = now;
         if let Some(tat) = slow.spill.get_mut(&fp) {
             return step_plain(tat, now, p, w, DenyReason::Quota);
         }
         if self.len() >= self.max_keys && now < slow.idle_not_before {
             // Full of keys none of which can be idle yet: nothing to sweep or revive.
             drop(slow);
-            return self.step_overflow(now, p);
+            return self.step_overflow(now, p, cost);
         }
         if fp != 0 {
             if let Some(v) = self.step_in_window(&mut slow, fp, now, p, w) {
@@ -350,7 +461,7 @@ impl<K> KeyedRateLimiter<K> {
         }
         if self.len() >= self.max_keys {
             drop(slow);
-            return self.step_overflow(now, p);
+            return self.step_overflow(now, p, cost);
         }
         // The window has no room (rare), or fp is 0 (which marks empty slots): the key spills.
         let mut tat = 0;
@@ -373,6 +484,9 @@ impl<K> KeyedRateLimiter<K> {
         p: &Params,
         w: u64,
     ) -> Option<Verdict> {
+        if self.capacity == 0 {
+            return None;
+        }
         let home = self.home(fp);
         let mut free = None;
         let mut slot = home;
@@ -383,7 +497,13 @@ impl<K> KeyedRateLimiter<K> {
                 if tat.load(Ordering::Acquire) != TOMBSTONE {
                     // Placed by another thread since our lock-free look: step it as usual.
                     let ours = || true;
-                    return cell::step_atomic(tat, now, p, w, DenyReason::Quota, ours);
+                    return cell::step_atomic(
+                        tat,
+                        Attempt { now, p, w },
+                        DenyReason::Quota,
+                        ours,
+                        || now,
+                    );
                 }
                 if self.len() >= self.max_keys {
                     return None;
@@ -402,7 +522,7 @@ impl<K> KeyedRateLimiter<K> {
             }
         }
         let (slot, empty) = free?;
-        if self.len() >= self.max_keys || slow.spill.contains_key(&fp) {
+        if self.len() >= self.max_keys {
             return None;
         }
         Some(self.place(slow, slot, fp, empty, now, p, w))
@@ -456,7 +576,7 @@ impl<K> KeyedRateLimiter<K> {
         } else {
             // Key first, then the TAT with Release: a reader of the old key that sees the new
             // TAT re-checks the key, sees it changed, and looks again.
-            key_word.store(fp, Ordering::Relaxed);
+            key_word.store(fp, Ordering::Release);
             tat_word.store(tat, Ordering::Release);
         }
         self.inserted(slow, tat);
@@ -514,10 +634,17 @@ impl<K> KeyedRateLimiter<K> {
         self.overflow.params.as_ref().map_or(*p, SharedParams::load)
     }
 
-    fn step_overflow(&self, now: u64, p: &Params) -> Verdict {
+    /// New keys share the overflow cell when the table is full. A cost above the overflow
+    /// cell's own burst can never pass it: denied, with a retry-after of `u64::MAX` ns.
+    fn step_overflow(&self, now: u64, p: &Params, cost: u64) -> Verdict {
         let op = self.overflow_params(p);
-        let w = op.weight(1).unwrap_or(op.tau);
-        cell::step_word(&self.overflow.tat.0, now, &op, w, DenyReason::KeyTableFull)
+        let Some(w) = op.weight(cost) else {
+            return Verdict::Deny(Denied::new(u64::MAX, DenyReason::KeyTableFull));
+        };
+        let a = Attempt { now, p: &op, w };
+        cell::step_word(&self.overflow.tat.0, a, DenyReason::KeyTableFull, || {
+            self.now()
+        })
     }
 }
 
@@ -551,6 +678,8 @@ pub struct KeyedRateLimiterBuilder<K> {
     clock: Clock,
     max_keys: usize,
     overflow_quota: Option<Quota>,
+    detector: Option<FaultDetector>,
+    watchdog: Option<Watchdog>,
     _key: PhantomData<fn(&K)>,
 }
 
@@ -578,7 +707,7 @@ impl<K> KeyedRateLimiterBuilder<K> {
     /// The most live keys tracked at once (default 2^20, at least 1). When the table is full of
     /// live keys, new keys share one overflow cell.
     pub fn max_keys(mut self, max_keys: usize) -> Self {
-        self.max_keys = max_keys.max(1);
+        self.max_keys = max_keys.clamp(1, MAX_KEYS_LIMIT);
         self
     }
 
@@ -589,16 +718,40 @@ impl<K> KeyedRateLimiterBuilder<K> {
         self
     }
 
-    /// Builds the limiter. Allocates the whole table now (zeroed, so committed lazily).
+    /// Attaches a fault detector: breadth anomalies turn into pass-throughs, and every check
+    /// is counted ([`FaultDetector::stats`]). One detector per limiter.
+    pub fn detector(mut self, detector: FaultDetector) -> Self {
+        detector.attach_keyed();
+        self.detector = Some(detector);
+        self
+    }
+
+    /// Attaches a clock watchdog. The limiter then reads the watchdog's clocks (its fast
+    /// clock, or its reference after a fault) instead of [`clock`](Self::clock).
+    pub fn watchdog(mut self, watchdog: Watchdog) -> Self {
+        self.watchdog = Some(watchdog);
+        self
+    }
+
+    /// Builds the limiter. Allocates the whole table now (zeroed, so committed lazily). If
+    /// the allocator refuses a table that large, the bound is halved until it agrees:
+    /// [`KeyedRateLimiter::max_keys`] reports the bound in force. Never panics.
     pub fn build(self) -> KeyedRateLimiter<K> {
-        let capacity = self
-            .max_keys
-            .saturating_add(self.max_keys / 2)
-            .max(2 * WINDOW);
+        let mut max_keys = self.max_keys;
+        let (slots, capacity) = loop {
+            let capacity = max_keys.saturating_add(max_keys / 2).max(2 * WINDOW);
+            match bytemuck::allocation::try_zeroed_slice_box(capacity.saturating_mul(2)) {
+                Ok(slots) => break (slots, capacity),
+                Err(()) if max_keys > 1 => max_keys /= 2,
+                // Even the smallest table failed: the process is out of memory; an empty
+                // table that sends every key to the overflow cell still never panics.
+                Err(()) => break (Box::default(), 0),
+            }
+        };
         KeyedRateLimiter {
-            slots: bytemuck::allocation::zeroed_slice_box(capacity.saturating_mul(2)),
+            slots,
             capacity,
-            max_keys: self.max_keys,
+            max_keys: if capacity == 0 { 0 } else { max_keys },
             params: SharedParams::new(self.quota.params()),
             overflow: Overflow {
                 tat: Padded(AtomicU64::new(0)),
@@ -609,6 +762,7 @@ impl<K> KeyedRateLimiterBuilder<K> {
             quota: Mutex::new(self.quota),
             len: AtomicUsize::new(0),
             spilled: AtomicUsize::new(0),
+            guard: Guard::boxed(self.detector, self.watchdog),
             slow: Mutex::new(Slow {
                 pass_min: u64::MAX,
                 ..Slow::default()

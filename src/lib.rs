@@ -68,17 +68,32 @@ mod cell;
 mod check;
 mod clock;
 mod error;
+mod fault;
 mod fingerprint;
 mod gcra;
+mod guard;
 mod keyed;
 mod limiter;
 mod quota;
+mod slo;
+mod stats;
 mod verdict;
+mod watchdog;
 
 pub use check::Check;
 pub use clock::{Clock, ManualClock};
 pub use error::{InsufficientCapacity, QuotaError, QuotaErrorKind};
-pub use keyed::{KeyedRateLimiter, KeyedRateLimiterBuilder, DEFAULT_MAX_KEYS};
+pub use fault::{
+    AlertKind, Baseline, DetectorState, EventCallback, FaultDetector, FaultDetectorBuilder,
+    FaultEvent, Figures, HourSample, Mode, BASELINE_HOURS, BASELINE_MIN_HOURS,
+};
+pub use keyed::{KeyedRateLimiter, KeyedRateLimiterBuilder, DEFAULT_MAX_KEYS, MAX_KEYS_LIMIT};
 pub use limiter::{RateLimiter, RateLimiterBuilder};
 pub use quota::Quota;
+pub use slo::{
+    Outcome, SloAlert, SloConfigError, SuccessRate, SuccessRateBuilder, TierSnapshot, MAX_TIERS,
+    OTHER_TIER,
+};
+pub use stats::Stats;
 pub use verdict::{Allowed, Denied, DenyReason, PassReason, PassThrough, Shadow, Verdict};
+pub use watchdog::{ClockFault, Watchdog};

@@ -5,12 +5,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
-use crate::cell::{self, Padded, SharedParams};
+use crate::cell::{self, Attempt, Padded, SharedParams};
 use crate::check::Check;
 use crate::clock::Clock;
 use crate::error::InsufficientCapacity;
+use crate::fault::FaultDetector;
+use crate::gcra::Params;
+use crate::guard::{self, Guard};
 use crate::quota::Quota;
+use crate::stats::Stats;
 use crate::verdict::{DenyReason, Verdict};
+use crate::watchdog::Watchdog;
 
 /// A rate limiter with one cell: a single TAT word, checked lock-free.
 ///
@@ -37,6 +42,7 @@ pub struct RateLimiter {
     params: SharedParams,
     quota: Mutex<Quota>,
     clock: Clock,
+    guard: Option<Box<Guard>>,
 }
 
 impl RateLimiter {
@@ -50,6 +56,8 @@ impl RateLimiter {
         RateLimiterBuilder {
             quota,
             clock: Clock::monotonic(),
+            detector: None,
+            watchdog: None,
         }
     }
 
@@ -57,31 +65,44 @@ impl RateLimiter {
     #[inline]
     pub fn check(&self) -> Verdict {
         let p = self.params.load();
-        let now = self.clock.now_nanos();
-        // Every quota's burst is at least 1, so one unit always has a weight.
-        let w = p.weight(1).unwrap_or(p.tau);
-        self.step(now, &p, w)
+        let w = p.unit();
+        match &self.guard {
+            None => self.step(self.clock.now_nanos(), &p, w),
+            Some(g) => self.step_guarded(g, &p, w),
+        }
     }
 
     /// Checks `cost` units at once: all or nothing.
     ///
-    /// A cost of 0 is allowed, reports the remaining capacity and writes nothing.
+    /// A cost of 0 is allowed, reports the remaining capacity, and writes and counts nothing.
     ///
     /// # Errors
     ///
     /// [`InsufficientCapacity`] if `cost` exceeds the burst: it could never be allowed.
+    ///
+    /// ```
+    /// use tollgate::RateLimiter;
+    ///
+    /// let lim = RateLimiter::new("10/s".parse()?);
+    /// assert!(lim.check_n(5)?.is_permitted());
+    /// assert_eq!(lim.check_n(0)?.allowed().map(|a| a.remaining()), Some(5));
+    /// assert!(lim.check_n(11).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     #[inline]
     pub fn check_n(&self, cost: u64) -> Result<Verdict, InsufficientCapacity> {
         let p = self.params.load();
         let w = p
             .weight(cost)
             .ok_or(InsufficientCapacity::new(cost, p.burst))?;
-        let now = self.clock.now_nanos();
         if w == 0 {
             let tat = self.tat.0.load(Ordering::Relaxed);
-            return Ok(cell::evaluate(tat, now, &p, 0, DenyReason::Quota));
+            return Ok(cell::evaluate(tat, self.now(), &p, 0, DenyReason::Quota));
         }
-        Ok(self.step(now, &p, w))
+        Ok(match &self.guard {
+            None => self.step(self.clock.now_nanos(), &p, w),
+            Some(g) => self.step_guarded(g, &p, w),
+        })
     }
 
     /// Checks with per-request arguments (cost, attempt, priority class).
@@ -94,13 +115,26 @@ impl RateLimiter {
         self.check_n(check.units())
     }
 
-    /// What [`check`](Self::check) would say now, without writing anything.
+    /// What [`check`](Self::check) would say now, without writing anything (during a
+    /// pass-through: the pass-through, without the ceiling).
     pub fn peek(&self) -> Verdict {
         let p = self.params.load();
-        let now = self.clock.now_nanos();
-        let w = p.weight(1).unwrap_or(p.tau);
+        let w = p.unit();
         let tat = self.tat.0.load(Ordering::Relaxed);
-        cell::evaluate(tat, now, &p, w, DenyReason::Quota)
+        let v = cell::evaluate(tat, self.now(), &p, w, DenyReason::Quota);
+        match self.guard.as_ref().and_then(|g| g.pass_reason()) {
+            Some(reason) => guard::pass(v, reason),
+            None => v,
+        }
+    }
+
+    /// The fault detector's counts, if one is attached.
+    pub fn stats(&self) -> Option<Stats> {
+        self.guard
+            .as_ref()?
+            .detector
+            .as_ref()
+            .map(FaultDetector::stats)
     }
 
     /// Replaces the quota, live. Time is carried over, not tokens: a full cell stays full, an
@@ -123,8 +157,31 @@ impl RateLimiter {
     }
 
     #[inline]
-    fn step(&self, now: u64, p: &crate::gcra::Params, w: u64) -> Verdict {
-        cell::step_word(&self.tat.0, now, p, w, DenyReason::Quota)
+    fn now(&self) -> u64 {
+        match &self.guard {
+            None => self.clock.now_nanos(),
+            Some(g) => g.now(&self.clock),
+        }
+    }
+
+    #[inline]
+    fn step(&self, now: u64, p: &Params, w: u64) -> Verdict {
+        let a = Attempt { now, p, w };
+        cell::step_word(&self.tat.0, a, DenyReason::Quota, || self.now())
+    }
+
+    fn step_guarded(&self, g: &Guard, p: &Params, w: u64) -> Verdict {
+        let now = g.now(&self.clock);
+        let v = match g.pass_reason() {
+            None => self.step(now, p, w),
+            Some(reason) => {
+                let (a, ceiling) = (Attempt { now, p, w }, g.ceiling(p, w));
+                cell::step_pass_through(&self.tat.0, a, reason, ceiling, || true, || self.now())
+                    .unwrap_or_else(|| self.step(now, p, w))
+            }
+        };
+        g.observe(&v, None);
+        v
     }
 }
 
@@ -146,6 +203,8 @@ impl fmt::Debug for RateLimiter {
 pub struct RateLimiterBuilder {
     quota: Quota,
     clock: Clock,
+    detector: Option<FaultDetector>,
+    watchdog: Option<Watchdog>,
 }
 
 impl RateLimiterBuilder {
@@ -156,6 +215,20 @@ impl RateLimiterBuilder {
         self
     }
 
+    /// Attaches a fault detector: deny anomalies turn into pass-throughs, and every check is
+    /// counted ([`FaultDetector::stats`]). One detector per limiter.
+    pub fn detector(mut self, detector: FaultDetector) -> Self {
+        self.detector = Some(detector);
+        self
+    }
+
+    /// Attaches a clock watchdog. The limiter then reads the watchdog's clocks (its fast
+    /// clock, or its reference after a fault) instead of [`clock`](Self::clock).
+    pub fn watchdog(mut self, watchdog: Watchdog) -> Self {
+        self.watchdog = Some(watchdog);
+        self
+    }
+
     /// Builds the limiter, starting full (a whole burst is available).
     pub fn build(self) -> RateLimiter {
         RateLimiter {
@@ -163,6 +236,7 @@ impl RateLimiterBuilder {
             params: SharedParams::new(self.quota.params()),
             quota: Mutex::new(self.quota),
             clock: self.clock,
+            guard: Guard::boxed(self.detector, self.watchdog),
         }
     }
 }

@@ -139,6 +139,9 @@ pub enum DenyReason {
     /// The time arithmetic would overflow (a clock reading near `u64::MAX` ns). Denied rather
     /// than allowed; the retry-after is [`Duration::MAX`].
     ClockOverflow,
+    /// The limiter is passing traffic through (it judged itself faulty), but this key went
+    /// past the ceiling that still applies then (by default 10× its quota).
+    Ceiling,
 }
 
 /// A check the limiter let through without enforcing.

@@ -260,22 +260,22 @@ impl Model {
                 None,
             );
         }
-        if ahead > s.tau {
-            let retry_after = ahead - s.tau;
-            return (
-                Obs::Deny {
-                    retry_after,
-                    reason: self.reason,
-                },
-                lowered,
-            );
-        }
         if base + w > MAX_TAT {
             let reason = DenyReason::ClockOverflow;
             return (
                 Obs::Deny {
                     retry_after: OVERFLOW_RETRY,
                     reason,
+                },
+                lowered,
+            );
+        }
+        if ahead > s.tau {
+            let retry_after = ahead - s.tau;
+            return (
+                Obs::Deny {
+                    retry_after,
+                    reason: self.reason,
                 },
                 lowered,
             );

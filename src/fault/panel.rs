@@ -1,0 +1,257 @@
+//! The breadth panel: a seeded bottom-k sample of keys, watched one by one.
+//!
+//! Breadth is the share of *previously conforming* panel keys that are now mostly denied. A
+//! flood from a few keys moves it by the share of the panel those keys hold, which an attacker
+//! cannot raise: membership goes by a seeded hash of the key's fingerprint, under a threshold
+//! that halves whenever the panel holds more than k keys (a bottom-k sample of the active
+//! keys), so the panel is a uniform sample that nobody can aim at.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Slots per panel key: the panel is direct-mapped, so two members may want one slot; then the
+/// later one simply stays out.
+const SLOTS_PER_KEY: usize = 2;
+
+/// The hot half: the members and their increase-only counters.
+#[derive(Debug)]
+pub(crate) struct Panel {
+    seed: u64,
+    /// Keys whose panel hash is above this are not sampled (the one compare on the hot path).
+    threshold: AtomicU64,
+    /// `[fingerprint, allowed, denied]` per slot; fingerprint 0 = free.
+    slots: Box<[[AtomicU64; 3]]>,
+    k: usize,
+}
+
+impl Panel {
+    pub(crate) fn new(k: usize, seed: u64) -> Self {
+        let k = k.max(1);
+        Self {
+            seed,
+            threshold: AtomicU64::new(u64::MAX),
+            slots: (0..k * SLOTS_PER_KEY).map(|_| Default::default()).collect(),
+            k,
+        }
+    }
+
+    /// The panel hash: the seeded fingerprint mixed again under the panel's own seed (the
+    /// murmur3 finalizer), so membership is independent of table placement.
+    #[inline]
+    fn hash(&self, fp: u64) -> u64 {
+        let mut z = fp ^ self.seed;
+        z = (z ^ (z >> 33)).wrapping_mul(0xff51_afd7_ed55_8ccd);
+        z = (z ^ (z >> 33)).wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+        z ^ (z >> 33)
+    }
+
+    /// Records one verdict of the key with fingerprint `fp`: cheap unless the key is sampled.
+    #[inline]
+    pub(crate) fn record(&self, fp: u64, denied: bool) {
+        let h = self.hash(fp);
+        // Relaxed: the threshold is a sampling hint; a stale value only samples one key more
+        // or less.
+        if fp == 0 || h > self.threshold.load(Ordering::Relaxed) {
+            return;
+        }
+        self.record_sampled(h, fp, denied);
+    }
+
+    #[cold]
+    fn record_sampled(&self, h: u64, fp: u64, denied: bool) {
+        let slot = &self.slots[(h % self.slots.len() as u64) as usize];
+        let cur = slot[0].load(Ordering::Relaxed);
+        let member = cur == fp
+            || (cur == 0
+                && slot[0]
+                    .compare_exchange(0, fp, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_ok());
+        if member {
+            slot[1 + usize::from(denied)].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Evaluator side: reads slot `i` as `(fingerprint, allowed, denied)`.
+    pub(crate) fn read(&self, i: usize) -> (u64, u64, u64) {
+        let s = &self.slots[i];
+        (
+            s[0].load(Ordering::Relaxed),
+            s[1].load(Ordering::Relaxed),
+            s[2].load(Ordering::Relaxed),
+        )
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Evaluator side: frees slot `i` if it still holds `fp`.
+    pub(crate) fn evict(&self, i: usize, fp: u64) {
+        let _ = self.slots[i][0].compare_exchange(fp, 0, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    /// Evaluator side: keeps about k members. More than k: halve the threshold and evict the
+    /// members above it. Fewer than k/2: double it, to sample more keys.
+    pub(crate) fn rebalance(&self, members: usize) {
+        let t = self.threshold.load(Ordering::Relaxed);
+        if members > self.k {
+            let t = t / 2;
+            self.threshold.store(t, Ordering::Relaxed);
+            for i in 0..self.slots.len() {
+                let fp = self.slots[i][0].load(Ordering::Relaxed);
+                if fp != 0 && self.hash(fp) > t {
+                    self.evict(i, fp);
+                }
+            }
+        } else if members < self.k / 2 && t < u64::MAX {
+            self.threshold
+                .store(t.saturating_mul(2).max(1), Ordering::Relaxed);
+        }
+    }
+}
+
+/// The evaluator's memory of one slot.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Member {
+    fp: u64,
+    seen_allowed: u64,
+    seen_denied: u64,
+    /// `(allowed, denied)` per sub-bucket of the current window, newest last.
+    recent: Vec<(u64, u64)>,
+    /// When this key last had a mostly-allowed sub-bucket (detector ns); `None`: never.
+    last_conforming: Option<u64>,
+    last_active: u64,
+}
+
+/// What the panel says about the current window.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(crate) struct Breadth {
+    /// Previously conforming members active in the window.
+    pub(crate) eligible: usize,
+    /// Of those, the ones mostly denied in the window.
+    pub(crate) denied: usize,
+    /// Members of the panel.
+    pub(crate) members: usize,
+}
+
+impl Breadth {
+    pub(crate) fn share(&self) -> f64 {
+        if self.eligible == 0 {
+            0.0
+        } else {
+            self.denied as f64 / self.eligible as f64
+        }
+    }
+}
+
+/// Closes one sub-bucket: folds each slot's counter deltas into its member's history and
+/// returns the breadth over the last `subs` sub-buckets. Members idle for `forget_after` ns
+/// leave the panel; a member counts as previously conforming for `memory` ns after its last
+/// mostly-allowed sub-bucket.
+pub(crate) fn close_sub(
+    panel: &Panel,
+    members: &mut Vec<Member>,
+    now: u64,
+    subs: usize,
+    memory: u64,
+) -> Breadth {
+    members.resize_with(panel.len(), Member::default);
+    let mut b = Breadth::default();
+    for (i, m) in members.iter_mut().enumerate() {
+        let (fp, allowed, denied) = panel.read(i);
+        if fp == 0 {
+            *m = Member::default();
+            continue;
+        }
+        if m.fp != fp {
+            *m = Member {
+                fp,
+                last_active: now,
+                ..Member::default()
+            };
+        }
+        let (da, dd) = (
+            allowed.wrapping_sub(m.seen_allowed),
+            denied.wrapping_sub(m.seen_denied),
+        );
+        (m.seen_allowed, m.seen_denied) = (allowed, denied);
+        let previously_conforming = m
+            .last_conforming
+            .is_some_and(|t| now.saturating_sub(t) <= memory);
+        m.recent.push((da, dd));
+        if m.recent.len() > subs {
+            m.recent.remove(0);
+        }
+        if da + dd > 0 {
+            m.last_active = now;
+            if da > 0 && dd <= da {
+                m.last_conforming = Some(now);
+            }
+        } else if now.saturating_sub(m.last_active) > memory {
+            panel.evict(i, fp);
+            *m = Member::default();
+            continue;
+        }
+        b.members += 1;
+        let (wa, wd) = m
+            .recent
+            .iter()
+            .fold((0, 0), |(a, d), &(x, y)| (a + x, d + y));
+        if previously_conforming && wa + wd > 0 {
+            b.eligible += 1;
+            if wd > wa {
+                b.denied += 1;
+            }
+        }
+    }
+    panel.rebalance(b.members);
+    b
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn breadth_counts_previously_conforming_keys_now_denied() {
+        let panel = Panel::new(64, 12345);
+        let mut members = Vec::new();
+        let sec = 1_000_000_000;
+        for fp in 1..=40u64 {
+            panel.record(fp, false);
+        }
+        let b = close_sub(&panel, &mut members, 10 * sec, 6, 3600 * sec);
+        assert_eq!(b.eligible, 0, "nobody conformed *before* this window");
+        for fp in 1..=40u64 {
+            panel.record(fp, fp <= 10);
+        }
+        let b = close_sub(&panel, &mut members, 20 * sec, 1, 3600 * sec);
+        // Direct-mapped: a key whose slot is taken stays out.
+        let inside: Vec<u64> = (0..panel.len())
+            .map(|i| panel.read(i).0)
+            .filter(|&fp| fp != 0)
+            .collect();
+        assert!(inside.len() >= 30, "{} members", inside.len());
+        assert_eq!(b.members, inside.len());
+        assert_eq!(b.eligible, inside.len());
+        assert_eq!(b.denied, inside.iter().filter(|&&fp| fp <= 10).count());
+    }
+
+    #[test]
+    fn the_threshold_halves_to_keep_about_k_members() {
+        let panel = Panel::new(16, 99);
+        let mut members = Vec::new();
+        for fp in 1..=1000u64 {
+            panel.record(fp, false);
+        }
+        let first = close_sub(&panel, &mut members, 1, 6, u64::MAX).members;
+        assert!(first > 16);
+        for round in 2..20 {
+            for fp in 1..=1000u64 {
+                panel.record(fp, false);
+            }
+            close_sub(&panel, &mut members, round, 6, u64::MAX);
+        }
+        let last = close_sub(&panel, &mut members, 30, 6, u64::MAX).members;
+        assert!((4..=32).contains(&last), "{last} members");
+    }
+}

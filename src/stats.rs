@@ -1,0 +1,217 @@
+//! Accounting: every check counted once, by outcome and reason, in striped counters.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use crate::cell::Padded;
+use crate::verdict::{DenyReason, PassReason, Shadow, Verdict};
+
+/// Counts of checks by outcome, as a metrics exporter reads them.
+///
+/// Every check with a detector attached is counted exactly once: as allowed, denied (by
+/// reason) or passed through (by reason). Labels are fixed: never a key.
+///
+/// ```
+/// use tollgate::{FaultDetector, RateLimiter};
+///
+/// let detector = FaultDetector::new();
+/// let lim = RateLimiter::builder("1/s".parse()?).detector(detector.clone()).build();
+/// let _ = lim.check();
+/// let _ = lim.check();
+/// let stats = detector.stats();
+/// assert_eq!((stats.allowed, stats.denied_quota, stats.total()), (1, 1, 2));
+/// # Ok::<(), tollgate::QuotaError>(())
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct Stats {
+    /// Allowed checks.
+    pub allowed: u64,
+    /// Denied: over quota.
+    pub denied_quota: u64,
+    /// Denied: a new key sharing the overflow cell of a full key table.
+    pub denied_key_table_full: u64,
+    /// Denied: the time arithmetic would overflow.
+    pub denied_clock_overflow: u64,
+    /// Denied by the ceiling that applies during pass-through.
+    pub denied_ceiling: u64,
+    /// Passed through: the deny anomaly detector tripped.
+    pub passed_deny_anomaly: u64,
+    /// Passed through: the clock watchdog saw a clock fault.
+    pub passed_clock_fault: u64,
+    /// Passed through: an operator forced it.
+    pub passed_forced: u64,
+    /// Passed through for any other reason.
+    pub passed_other: u64,
+    /// Of the pass-throughs, those whose shadow verdict was a denial.
+    pub shadow_denied: u64,
+}
+
+impl Stats {
+    /// Every check counted: allowed + denied + passed through.
+    pub fn total(&self) -> u64 {
+        self.allowed + self.denied() + self.passed()
+    }
+
+    /// All denials, whatever the reason.
+    pub fn denied(&self) -> u64 {
+        self.denied_quota
+            + self.denied_key_table_full
+            + self.denied_clock_overflow
+            + self.denied_ceiling
+    }
+
+    /// All pass-throughs, whatever the reason.
+    pub fn passed(&self) -> u64 {
+        self.passed_deny_anomaly + self.passed_clock_fault + self.passed_forced + self.passed_other
+    }
+
+    pub(crate) fn from_counts(c: &[u64; COUNTERS]) -> Self {
+        Self {
+            allowed: c[ALLOWED],
+            denied_quota: c[DENIED_QUOTA],
+            denied_key_table_full: c[DENIED_TABLE_FULL],
+            denied_clock_overflow: c[DENIED_OVERFLOW],
+            denied_ceiling: c[DENIED_CEILING],
+            passed_deny_anomaly: c[PASSED_ANOMALY],
+            passed_clock_fault: c[PASSED_CLOCK],
+            passed_forced: c[PASSED_FORCED],
+            passed_other: c[PASSED_OTHER],
+            shadow_denied: c[SHADOW_DENIED],
+        }
+    }
+
+    /// `self − earlier`, counter by counter (saturating).
+    pub(crate) fn since(&self, earlier: &Stats) -> Stats {
+        let (a, b) = (self.counts(), earlier.counts());
+        let mut d = [0; COUNTERS];
+        for i in 0..COUNTERS {
+            d[i] = a[i].saturating_sub(b[i]);
+        }
+        Stats::from_counts(&d)
+    }
+
+    fn counts(&self) -> [u64; COUNTERS] {
+        let mut c = [0; COUNTERS];
+        c[ALLOWED] = self.allowed;
+        c[DENIED_QUOTA] = self.denied_quota;
+        c[DENIED_TABLE_FULL] = self.denied_key_table_full;
+        c[DENIED_OVERFLOW] = self.denied_clock_overflow;
+        c[DENIED_CEILING] = self.denied_ceiling;
+        c[PASSED_ANOMALY] = self.passed_deny_anomaly;
+        c[PASSED_CLOCK] = self.passed_clock_fault;
+        c[PASSED_FORCED] = self.passed_forced;
+        c[PASSED_OTHER] = self.passed_other;
+        c[SHADOW_DENIED] = self.shadow_denied;
+        c
+    }
+}
+
+pub(crate) const ALLOWED: usize = 0;
+pub(crate) const DENIED_QUOTA: usize = 1;
+pub(crate) const DENIED_TABLE_FULL: usize = 2;
+pub(crate) const DENIED_OVERFLOW: usize = 3;
+pub(crate) const DENIED_CEILING: usize = 4;
+pub(crate) const PASSED_ANOMALY: usize = 5;
+pub(crate) const PASSED_CLOCK: usize = 6;
+pub(crate) const PASSED_FORCED: usize = 7;
+pub(crate) const PASSED_OTHER: usize = 8;
+pub(crate) const SHADOW_DENIED: usize = 9;
+pub(crate) const COUNTERS: usize = 10;
+
+const STRIPES: usize = 16;
+
+/// Increase-only counters, striped by thread and padded so two threads never write one cache
+/// line. `Relaxed` throughout: they are tallies, read as deltas by the evaluator, and order
+/// nothing else.
+#[derive(Debug)]
+pub(crate) struct Counters {
+    stripes: Box<[Padded<[AtomicU64; COUNTERS]>]>,
+}
+
+impl Counters {
+    pub(crate) fn new() -> Self {
+        Self {
+            stripes: (0..STRIPES).map(|_| Padded(Default::default())).collect(),
+        }
+    }
+
+    /// Counts `v` once.
+    #[inline]
+    pub(crate) fn record(&self, v: &Verdict) {
+        let stripe = &self.stripes[stripe_index()].0;
+        let (index, shadow_denied) = classify(v);
+        stripe[index].fetch_add(1, Ordering::Relaxed);
+        if shadow_denied {
+            stripe[SHADOW_DENIED].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The sums over all stripes.
+    pub(crate) fn sum(&self) -> [u64; COUNTERS] {
+        let mut total = [0u64; COUNTERS];
+        for stripe in self.stripes.iter() {
+            for (t, c) in total.iter_mut().zip(stripe.0.iter()) {
+                *t = t.wrapping_add(c.load(Ordering::Relaxed));
+            }
+        }
+        total
+    }
+}
+
+#[inline]
+fn classify(v: &Verdict) -> (usize, bool) {
+    match v {
+        Verdict::Allow(_) => (ALLOWED, false),
+        Verdict::Deny(d) => (
+            match d.reason() {
+                DenyReason::KeyTableFull => DENIED_TABLE_FULL,
+                DenyReason::ClockOverflow => DENIED_OVERFLOW,
+                DenyReason::Ceiling => DENIED_CEILING,
+                _ => DENIED_QUOTA,
+            },
+            false,
+        ),
+        Verdict::PassThrough(p) => (
+            match p.reason() {
+                PassReason::DenyAnomaly => PASSED_ANOMALY,
+                PassReason::ClockFault => PASSED_CLOCK,
+                PassReason::Forced => PASSED_FORCED,
+                _ => PASSED_OTHER,
+            },
+            p.shadow() == Shadow::Deny,
+        ),
+    }
+}
+
+/// This thread's stripe: handed out round-robin on first use.
+#[inline]
+fn stripe_index() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static STRIPE: Cell<usize> = const { Cell::new(usize::MAX) };
+    }
+    STRIPE.with(|s| {
+        let i = s.get();
+        if i != usize::MAX {
+            return i;
+        }
+        let i = NEXT.fetch_add(1, Ordering::Relaxed) % STRIPES;
+        s.set(i);
+        i
+    })
+}
+
+/// A per-thread tick: `true` once every `every` calls (a power of two) on this thread. Drives
+/// lazy evaluation without a shared write or a second clock read per check.
+#[inline]
+pub(crate) fn tick(every: u32) -> bool {
+    thread_local! {
+        static TICKS: Cell<u32> = const { Cell::new(0) };
+    }
+    TICKS.with(|t| {
+        let n = t.get().wrapping_add(1);
+        t.set(n);
+        n & (every - 1) == 0
+    })
+}
