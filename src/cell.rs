@@ -205,12 +205,18 @@ pub(crate) fn step_word(
     )))
 }
 
-/// The ceiling that still applies during a pass-through: `factor` × the quota (rate and
-/// burst), as `(weight of this check, tolerance)`.
+/// The ceiling that still applies during a pass-through, `factor` (c) × the quota, as
+/// `(weight of this check, tolerance)` on the cell's own TAT. A check past the normal
+/// tolerance is charged `w/c`, so the sustained rate is c × the quota; the tolerance grows by
+/// `(c−1)/c · τ`, room for `(c−1)·burst` such checks on top of the normal burst, so at one
+/// instant c × the burst passes.
 #[inline]
 pub(crate) fn ceiling(p: &Params, w: u64, factor: u32) -> (u64, u64) {
-    let f = u64::from(factor);
-    (w.div_ceil(f), p.tau.saturating_mul(f).min(gcra::MAX_TAU))
+    let c = u128::from(factor.max(1));
+    let extra = u128::from(p.tau) * (c - 1) / c;
+    let tau = (u128::from(p.tau) + extra).min(u128::from(gcra::MAX_TAU));
+    // tau ≤ MAX_TAU fits u64.
+    (w.div_ceil(factor.max(1).into()), tau as u64)
 }
 
 /// A step while the limiter passes traffic through with `reason`: the shadow verdict is the

@@ -448,7 +448,7 @@ impl Default for FaultDetectorBuilder {
                 max_pass: 60 * 60 * SEC,
                 cooldown: 5 * 60 * SEC,
                 recent: 10 * 60 * SEC,
-                memory: 60 * 60 * SEC,
+                memory: 24 * 60 * 60 * SEC,
                 ceiling: Some(10),
             },
             clock: Clock::monotonic(),

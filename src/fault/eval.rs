@@ -40,7 +40,8 @@ enum State {
     Passing {
         since: u64,
         until: u64,
-        calm_since: Option<u64>,
+        /// Consecutive sub-buckets under the threshold.
+        calm: usize,
     },
 }
 
@@ -76,6 +77,8 @@ struct Reading {
     table_full_share: f64,
     ratio: f64,
     breadth: f64,
+    /// The same test as `above`, on the last sub-bucket alone: what recovery waits on.
+    sub_above: bool,
 }
 
 impl Eval {
@@ -130,7 +133,7 @@ impl Eval {
             delta[i] = counts[i].wrapping_sub(self.last_counts[i]);
         }
         self.last_counts = counts;
-        let per_window = (self.cfg.window / self.cfg.sub.max(1)).max(1) as usize;
+        let per_window = self.per_window();
         self.subs.push_back(delta);
         while self.subs.len() > per_window {
             self.subs.pop_front();
@@ -155,44 +158,35 @@ impl Eval {
         };
         let stats = Stats::from_counts(&w);
         let secs = (self.subs.len() as u64 * self.cfg.sub) as f64 / 1e9;
-        let checks = stats.total() - stats.denied_key_table_full;
-        let denied_like = stats.denied_quota
-            + stats.denied_clock_overflow
-            + stats.denied_ceiling
-            + stats.shadow_denied;
-        let allowed_like = stats.allowed + stats.passed() - stats.shadow_denied;
-        let ratio = if checks == 0 {
-            0.0
+        let (ratio, allowed_per_sec, checks) = direct_measure(&stats, secs);
+        let sub_secs = self.cfg.sub as f64 / 1e9;
+        let (sub_ratio, sub_allowed, sub_checks) =
+            direct_measure(&Stats::from_counts(&delta), sub_secs);
+        let base = if keyed {
+            self.baseline.breadth()
         } else {
-            denied_like as f64 / checks as f64
-        };
-        let allowed_per_sec = if secs > 0.0 {
-            allowed_like as f64 / secs
-        } else {
-            0.0
-        };
-        let (measure, samples, enough, base) = if keyed {
-            let e = b.eligible as u64;
-            (
-                b.share(),
-                e,
-                b.eligible >= self.cfg.min_panel,
-                self.baseline.breadth(),
-            )
-        } else {
-            (
-                ratio,
-                checks,
-                checks >= self.cfg.min_samples,
-                self.baseline.deny_ratio(),
-            )
+            self.baseline.deny_ratio()
         };
         let threshold = (self.cfg.multiplier * base.unwrap_or(0.0)).max(self.cfg.floor);
-        let starved = keyed
-            || self
-                .baseline
-                .allowed_per_sec()
-                .map_or(true, |b| allowed_per_sec < b / self.cfg.multiplier);
+        let base_allowed = self.baseline.allowed_per_sec();
+        let starved = |allowed: f64| {
+            keyed || base_allowed.map_or(true, |b| allowed < b / self.cfg.multiplier)
+        };
+        let (measure, samples, enough, sub_above) = if keyed {
+            let sub_enough = b.sub_eligible >= self.cfg.min_panel;
+            let sub_above = sub_enough && b.sub_share() > threshold;
+            (
+                b.share(),
+                b.eligible as u64,
+                b.eligible >= self.cfg.min_panel,
+                sub_above,
+            )
+        } else {
+            let sub_enough =
+                sub_checks.saturating_mul(self.subs.len() as u64) >= self.cfg.min_samples;
+            let sub_above = sub_enough && sub_ratio > threshold && starved(sub_allowed);
+            (ratio, checks, checks >= self.cfg.min_samples, sub_above)
+        };
         let total = stats.total();
         Reading {
             figures: Figures {
@@ -204,7 +198,7 @@ impl Eval {
                 at: Duration::from_nanos(now),
             },
             enough,
-            above: enough && measure > threshold && starved,
+            above: enough && measure > threshold && starved(allowed_per_sec),
             threshold,
             table_full_share: if total == 0 {
                 0.0
@@ -213,6 +207,7 @@ impl Eval {
             },
             ratio,
             breadth: b.share(),
+            sub_above,
         }
     }
 
@@ -292,11 +287,9 @@ impl Eval {
         }
         match self.state {
             State::Enforce => self.decide_enforcing(now, r),
-            State::Passing {
-                since,
-                until,
-                calm_since,
-            } => self.decide_passing(now, r, since, until, calm_since),
+            State::Passing { since, until, calm } => {
+                self.decide_passing(now, r, since, until, calm)
+            }
         }
         let passing = matches!(self.state, State::Passing { .. });
         sh.set_mode(passing.then_some(PassReason::DenyAnomaly));
@@ -320,45 +313,39 @@ impl Eval {
             self.state = State::Passing {
                 since: now,
                 until: now.saturating_add(self.cfg.pass_for.min(self.cfg.max_pass)),
-                calm_since: None,
+                calm: 0,
             };
             self.last_trip = Some(now);
             self.events.push(FaultEvent::Tripped(r.figures));
         }
     }
 
-    fn decide_passing(&mut self, now: u64, r: &Reading, since: u64, until: u64, calm: Option<u64>) {
-        let calm_since = if r.above {
-            None
-        } else {
-            Some(calm.unwrap_or(now))
-        };
-        if calm_since.is_some_and(|c| now.saturating_sub(c) >= self.cfg.window) {
+    /// While passing through: recover once every sub-bucket of a full window was calm (the
+    /// shadow measure under the threshold); past `until`, extend while still anomalous, up to
+    /// the longest pass-through.
+    fn decide_passing(&mut self, now: u64, r: &Reading, since: u64, until: u64, calm: usize) {
+        let calm = if r.sub_above { 0 } else { calm + 1 };
+        if calm >= self.per_window() {
             return self.recover(now, r);
         }
         if now < until {
-            self.state = State::Passing {
-                since,
-                until,
-                calm_since,
-            };
+            self.state = State::Passing { since, until, calm };
             return;
         }
         let limit = since.saturating_add(self.cfg.max_pass);
         if r.above && now < limit {
-            // Still anomalous: extend, up to the longest allowed pass-through.
             let until = now.saturating_add(self.cfg.pass_for).min(limit);
-            self.state = State::Passing {
-                since,
-                until,
-                calm_since,
-            };
+            self.state = State::Passing { since, until, calm };
         } else {
             if r.above {
                 self.raise(AlertKind::PassThroughExhausted, r.figures);
             }
             self.recover(now, r);
         }
+    }
+
+    fn per_window(&self) -> usize {
+        (self.cfg.window / self.cfg.sub.max(1)).max(1) as usize
     }
 
     fn recover(&mut self, now: u64, r: &Reading) {
@@ -411,4 +398,23 @@ impl Eval {
         self.revision = revision;
         self.revision_start = now;
     }
+}
+
+/// The direct measure of some counts over `secs`: (deny ratio, allowed per second, checks).
+/// A pass-through counts as what its shadow was; the overflow cell is left out.
+fn direct_measure(s: &Stats, secs: f64) -> (f64, f64, u64) {
+    let checks = s.total() - s.denied_key_table_full;
+    let denied = s.denied_quota + s.denied_clock_overflow + s.denied_ceiling + s.shadow_denied;
+    let allowed = s.allowed + s.passed() - s.shadow_denied;
+    let ratio = if checks == 0 {
+        0.0
+    } else {
+        denied as f64 / checks as f64
+    };
+    let per_sec = if secs > 0.0 {
+        allowed as f64 / secs
+    } else {
+        0.0
+    };
+    (ratio, per_sec, checks)
 }

@@ -8,6 +8,9 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// A member idle this long (1 h) leaves the panel, making room for an active key.
+const FORGET_IDLE: u64 = 3_600_000_000_000;
+
 /// Slots per panel key: the panel is direct-mapped, so two members may want one slot; then the
 /// later one simply stays out.
 const SLOTS_PER_KEY: usize = 2;
@@ -131,22 +134,36 @@ pub(crate) struct Breadth {
     pub(crate) denied: usize,
     /// Members of the panel.
     pub(crate) members: usize,
+    /// Previously conforming members active in the last sub-bucket alone.
+    pub(crate) sub_eligible: usize,
+    /// Of those, the ones mostly denied in it.
+    pub(crate) sub_denied: usize,
 }
 
 impl Breadth {
+    /// The breadth over the window.
     pub(crate) fn share(&self) -> f64 {
-        if self.eligible == 0 {
-            0.0
-        } else {
-            self.denied as f64 / self.eligible as f64
-        }
+        ratio(self.denied, self.eligible)
+    }
+
+    /// The breadth over the last sub-bucket alone.
+    pub(crate) fn sub_share(&self) -> f64 {
+        ratio(self.sub_denied, self.sub_eligible)
+    }
+}
+
+fn ratio(part: usize, whole: usize) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 / whole as f64
     }
 }
 
 /// Closes one sub-bucket: folds each slot's counter deltas into its member's history and
-/// returns the breadth over the last `subs` sub-buckets. Members idle for `forget_after` ns
-/// leave the panel; a member counts as previously conforming for `memory` ns after its last
-/// mostly-allowed sub-bucket.
+/// returns the breadth over the last `subs` sub-buckets. A member counts as previously
+/// conforming for `memory` ns after its last mostly-allowed sub-bucket; members idle for an
+/// hour leave the panel.
 pub(crate) fn close_sub(
     panel: &Panel,
     members: &mut Vec<Member>,
@@ -186,7 +203,7 @@ pub(crate) fn close_sub(
             if da > 0 && dd <= da {
                 m.last_conforming = Some(now);
             }
-        } else if now.saturating_sub(m.last_active) > memory {
+        } else if now.saturating_sub(m.last_active) > FORGET_IDLE {
             panel.evict(i, fp);
             *m = Member::default();
             continue;
@@ -196,6 +213,10 @@ pub(crate) fn close_sub(
             .recent
             .iter()
             .fold((0, 0), |(a, d), &(x, y)| (a + x, d + y));
+        if previously_conforming && da + dd > 0 {
+            b.sub_eligible += 1;
+            b.sub_denied += usize::from(dd > da);
+        }
         if previously_conforming && wa + wd > 0 {
             b.eligible += 1;
             if wd > wa {
