@@ -39,6 +39,48 @@
 //! still denied, at `retry_after` it is allowed. Byte budgets weigh a chunk of `n` bytes
 //! `⌈n·P/C⌉` ns.
 //!
+//! # Fault detection
+//!
+//! Incident 000 was a limiter that denied everyone for hours because its clock lagged, while
+//! its fail-open fallback waited for an error that never came. Attach a [`FaultDetector`] (and
+//! a clock [`Watchdog`]) through the limiter's builder and a limiter that has become the fault
+//! stands aside — visibly, briefly, and never for an attacker.
+//!
+//! **When it trips.** Every sub-bucket (10 s by default) the detector measures the window
+//! (60 s): for a keyed limiter the *breadth* — the share of a seeded sample of up to 1,024
+//! *previously conforming* keys (keys with a mostly-allowed sub-bucket in the last 24 h) that
+//! are now mostly denied; for a direct limiter the deny ratio together with the allowed
+//! throughput. It trips when all of these hold:
+//!
+//! * a [`Baseline`] exists (24 hourly samples, imported or learned; without one it only raises
+//!   [`AlertKind::ColdStart`]);
+//! * there are enough samples (20 eligible panel keys, or 100 checks);
+//! * the measure exceeds `max(5 × baseline, 0.2)` and, for a direct limiter, the allowed
+//!   throughput fell below the baseline's ÷ 5;
+//! * the rise was sudden: within the 10 minutes before the window the measure was under a
+//!   fifth of the threshold (a slow ramp raises [`AlertKind::Drift`] instead);
+//! * the last trip was more than the cool-down (5 min) ago.
+//!
+//! Then checks return [`Verdict::PassThrough`] with [`PassReason::DenyAnomaly`] and the shadow
+//! verdict (a shadow-allow still writes the TAT, so the shadow stays true), under a ceiling of
+//! 10× the quota (past it: [`DenyReason::Ceiling`]). It enforces again after a full window of
+//! calm sub-buckets, or after 15 min, extended while the anomaly persists up to 1 h
+//! ([`AlertKind::PassThroughExhausted`]). Every pass-through is counted ([`Stats`]) and every
+//! transition is a [`FaultEvent`].
+//!
+//! **Why floods cannot trip it.** A flood from a few keys makes *those* keys denied: breadth
+//! moves by their share of the panel, and the panel is a bottom-k sample by a seeded hash that
+//! an attacker can neither see nor aim at; 1 % of keys flooding at 100× moves breadth by about
+//! 1 %, far under the 0.2 floor. A key-cardinality flood adds keys that conform (or that land
+//! in the overflow cell, whose verdicts are left out of breadth and raise
+//! [`AlertKind::OverflowCell`] instead). A single client flooding a direct limiter raises the
+//! deny ratio but not the allowed throughput, which stays at the quota — and both must move.
+//!
+//! The [`Watchdog`] compares the fast clock's rate with a reference clock every N checks
+//! (never on the fast clock's own time) and, on a stall, lag or backward step, passes traffic
+//! through with [`PassReason::ClockFault`] for one window, then enforces on the reference
+//! clock. A [`SuccessRate`] tracks the customer's view per tier, counting 429s as failures.
+//!
 //! # Caveats
 //!
 //! * **Clock.** Every check reads the clock; nothing is cached. The default clock is quanta's
@@ -57,12 +99,22 @@
 //!   arrive.
 //! * **Fingerprints.** Keyed limiters store a seeded 64-bit fingerprint per key, never the
 //!   key: integer keys never collide; other keys collide with probability about n²/2^65.
+//! * **Pass-through and the clock.** The detector's windows run on its own clock; give it one
+//!   independent of the limiter's where you can. The ceiling during a pass-through runs on the
+//!   limiter's clock: on a frozen clock it admits 10 bursts and then denies. Event callbacks
+//!   run inside `catch_unwind`, which does nothing under `panic = abort`.
+//! * **New keys take a lock.** Checks of tracked keys are lock-free; a key's first check (and
+//!   sweeping) takes one mutex per limiter.
 //!
 //! [`Duration::MAX`]: core::time::Duration::MAX
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 #![warn(missing_debug_implementations, unreachable_pub)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
+
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
 
 mod cell;
 mod check;

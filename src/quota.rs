@@ -186,7 +186,7 @@ impl WorkUnit {
 /// the constructors. The tolerance `burst·T` is capped at 2^62 ns (about 146 years): a
 /// larger burst is lowered to the largest that fits, and [`burst`](Quota::burst) reports that
 /// effective burst (a byte burst is also capped at `u64::MAX` bytes).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy)]
 pub struct Quota {
     /// The count as written, in `work` units (requests when `work` is `None`).
     count: u64,
@@ -527,6 +527,13 @@ impl Hash for Quota {
         self.ns_num.hash(state);
         self.ns_den.hash(state);
         self.params.burst.hash(state);
+    }
+}
+
+/// Debug shows the canonical string, which says everything the quota means.
+impl fmt::Debug for Quota {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Quota(\"{self}\")")
     }
 }
 
