@@ -1,1 +1,378 @@
-fn main() {}
+//! Keyed limiters: tollgate's `KeyedRateLimiter<u64>` against governor's
+//! `RateLimiter::keyed` (its default DashMap store) and the hand-written keyed floor, in
+//! paired rounds; then bytes per key. See `benches/README.md` for the method and results.
+//!
+//! ```text
+//! cargo bench --bench keyed                        # everything (~3 min)
+//! cargo bench --bench keyed -- 10k                 # one case (substring filter)
+//! TOLLGATE_BENCH_QUICK=1 cargo bench --bench keyed
+//! ```
+
+#[allow(dead_code)] // The direct floor is used by benches/direct.rs.
+#[path = "common/floor.rs"]
+mod floor;
+#[path = "common/harness.rs"]
+mod harness;
+#[path = "common/load.rs"]
+mod load;
+#[path = "common/memory.rs"]
+mod memory;
+
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use governor::{DefaultKeyedRateLimiter, Quota as GQuota, RateLimiter as GovernorLimiter};
+use harness::{arm, ratio, sink, timed, timed_threads, Case, Report, Settings, Target};
+use load::Load;
+use tollgate::{KeyedRateLimiter, Quota};
+
+use floor::KeyedFloor;
+
+const NS_PER_S: u64 = 1_000_000_000;
+/// The per-key burst of [`Live`] quotas.
+const BURST: u32 = 1_000_000_000;
+
+fn nz(n: u32) -> NonZeroU32 {
+    NonZeroU32::new(n).expect("non-zero")
+}
+
+/// How busy each key is kept.
+#[derive(Debug, Clone, Copy)]
+enum Keys {
+    /// 1/s with burst 10^9: each check moves the key's TAT 1 s ahead, so a key stays live
+    /// (its TAT ahead of now) for the whole run and is never denied — the steady state of a
+    /// key that is being limited.
+    Live,
+    /// 10^9/s with burst 10^9 (T = 1 ns): a key is idle again 1 ns after each check, so the
+    /// table may sweep it and must then re-insert it.
+    Idle,
+}
+
+/// The three contestants, holding the same keys.
+struct Keyed {
+    tg: KeyedRateLimiter<u64>,
+    gov: DefaultKeyedRateLimiter<u64>,
+    fl: KeyedFloor,
+}
+
+impl Keyed {
+    /// Built and warmed: every key in `0..keys` checked once by each contestant.
+    fn new(keys: u64, max_keys: Option<usize>, mode: Keys) -> Self {
+        let (tq, gq, fl) = match mode {
+            Keys::Live => (
+                Quota::per_second(nz(1)).with_burst(nz(BURST)),
+                GQuota::per_second(nz(1)).allow_burst(nz(BURST)),
+                KeyedFloor::new(keys as usize, 1, NS_PER_S, BURST.into()),
+            ),
+            Keys::Idle => (
+                Quota::per_second(nz(BURST)),
+                GQuota::per_second(nz(BURST)),
+                KeyedFloor::new(keys as usize, BURST.into(), NS_PER_S, BURST.into()),
+            ),
+        };
+        let builder = KeyedRateLimiter::<u64>::builder(tq);
+        let tg = match max_keys {
+            Some(m) => builder.max_keys(m).build(),
+            None => builder.build(),
+        };
+        let gov = GovernorLimiter::keyed(gq);
+        for k in 0..keys {
+            assert!(tg.check_key(&k).is_permitted());
+            assert!(gov.check_key(&k).is_ok());
+            assert!(fl.check_key(k).is_ok());
+        }
+        Self { tg, gov, fl }
+    }
+}
+
+const ARMS: &[&str] = &["tollgate", "governor", "floor"];
+
+/// A key count: as asked, except under `cargo test --benches`, where it is cut 1000-fold so
+/// the check that everything runs stays quick.
+fn key_count(s: &Settings, n: u64) -> u64 {
+    if s.test_mode {
+        (n / 1000).max(1)
+    } else {
+        n
+    }
+}
+
+/// Cycles through `n` consecutive keys starting at `base`.
+#[derive(Debug, Clone, Copy)]
+struct RoundRobin {
+    base: u64,
+    i: u64,
+    n: u64,
+}
+
+impl RoundRobin {
+    fn new(base: u64, n: u64) -> Self {
+        Self { base, i: 0, n }
+    }
+
+    #[inline]
+    fn next_key(&mut self) -> u64 {
+        let k = self.base + self.i;
+        self.i += 1;
+        if self.i == self.n {
+            self.i = 0;
+        }
+        k
+    }
+}
+
+/// One thread, round-robin over `keys` keys.
+#[allow(clippy::too_many_arguments)]
+fn single(
+    s: &Settings,
+    c: &mut criterion::Criterion,
+    report: &mut Report,
+    name: &str,
+    keys: u64,
+    max_keys: Option<usize>,
+    mode: Keys,
+    iters: u64,
+    targets: (Option<f64>, Option<f64>),
+) {
+    if !s.wants(name, ARMS) {
+        return;
+    }
+    let keys = key_count(s, keys);
+    eprintln!("warming {keys} keys for {name}");
+    let f = Keyed::new(keys, max_keys, mode);
+    let (mut a, mut b, mut d) = (
+        RoundRobin::new(0, keys),
+        RoundRobin::new(0, keys),
+        RoundRobin::new(0, keys),
+    );
+    report.run(
+        s,
+        c,
+        Case {
+            name: name.into(),
+            iters: s.iters(iters),
+            arms: vec![
+                arm("tollgate", |n| {
+                    timed(n, || sink(f.tg.check_key(&a.next_key())))
+                }),
+                arm("governor", |n| {
+                    timed(n, || sink(f.gov.check_key(&b.next_key())))
+                }),
+                arm("floor", |n| timed(n, || sink(f.fl.check_key(d.next_key())))),
+            ],
+            ratios: vec![
+                ratio("tollgate", "floor", targets.1.map(Target::AtMost)),
+                ratio("tollgate", "governor", targets.0.map(Target::AtMost)),
+                ratio("governor", "floor", None),
+            ],
+            criterion: true,
+        },
+    );
+    report.note(format!(
+        "{name}: tollgate holds {} keys in a table of {} bytes.",
+        f.tg.len(),
+        f.tg.table_bytes()
+    ));
+}
+
+/// `n` checks on each of `threads` threads, thread `i` round-robin over its own `per` keys
+/// (`per == 0`: all threads on key 0).
+fn on_threads(threads: usize, n: u64, per: u64, check: impl Fn(u64) + Sync) -> Duration {
+    timed_threads(threads, n, |i, n| {
+        let mut keys = RoundRobin::new(i as u64 * per, per.max(1));
+        timed(n, || check(keys.next_key()));
+    })
+}
+
+/// Two threads on one shared key: time per check per thread, tollgate ÷ governor.
+fn two_threads_one_key(s: &Settings, c: &mut criterion::Criterion, report: &mut Report) {
+    let name = "keyed/2-threads-one-key";
+    if !s.wants(name, ARMS) {
+        return;
+    }
+    let f = Keyed::new(1, None, Keys::Live);
+    report.run(
+        s,
+        c,
+        Case {
+            name: name.into(),
+            iters: s.iters(300_000),
+            arms: vec![
+                arm("tollgate", |n| {
+                    on_threads(2, n, 0, |k| sink(f.tg.check_key(&k)))
+                }),
+                arm("governor", |n| {
+                    on_threads(2, n, 0, |k| sink(f.gov.check_key(&k)))
+                }),
+                arm("floor", |n| {
+                    on_threads(2, n, 0, |k| sink(f.fl.check_key(k)))
+                }),
+            ],
+            ratios: vec![
+                ratio("tollgate", "governor", Some(Target::AtMost(1.0))),
+                ratio("tollgate", "floor", None),
+                ratio("governor", "floor", None),
+            ],
+            criterion: false,
+        },
+    );
+}
+
+/// Two threads on distinct keys (10k each): per-thread slowdown, 2 threads ÷ 1 thread.
+/// Each contestant's keys are warmed first.
+fn two_threads_distinct(
+    s: &Settings,
+    c: &mut criterion::Criterion,
+    report: &mut Report,
+    name: &str,
+    max_keys: Option<usize>,
+) {
+    let arms = [
+        "tollgate-1t",
+        "tollgate-2t",
+        "governor-1t",
+        "governor-2t",
+        "floor-1t",
+        "floor-2t",
+    ];
+    if !s.wants(name, &arms) {
+        return;
+    }
+    let per = key_count(s, 10_000);
+    let f = Keyed::new(2 * per, max_keys, Keys::Live);
+    drop(f.fl);
+    let tg = |k: u64| sink(f.tg.check_key(&k));
+    let gov = |k: u64| sink(f.gov.check_key(&k));
+    // The floor here has one cell array per thread: a dense array shared by both threads
+    // puts both threads' keys on every cache line, and its slowdown then measures false
+    // sharing (2.4× in a trial run), not the machine.
+    let floors = [0, 1].map(|_| KeyedFloor::new(per as usize, 1, NS_PER_S, BURST.into()));
+    let fl = |k: u64| sink(floors[usize::from(k >= per)].check_key(k));
+    report.run(
+        s,
+        c,
+        Case {
+            name: name.into(),
+            iters: s.iters(300_000),
+            arms: vec![
+                arm(arms[0], |n| on_threads(1, n, per, tg)),
+                arm(arms[1], |n| on_threads(2, n, per, tg)),
+                arm(arms[2], |n| on_threads(1, n, per, gov)),
+                arm(arms[3], |n| on_threads(2, n, per, gov)),
+                arm(arms[4], |n| on_threads(1, n, per, fl)),
+                arm(arms[5], |n| on_threads(2, n, per, fl)),
+            ],
+            ratios: vec![
+                ratio(arms[1], arms[0], Some(Target::AtMost(1.15))),
+                ratio(arms[3], arms[2], None),
+                ratio(arms[5], arms[4], None),
+                ratio(arms[1], arms[3], None),
+            ],
+            criterion: false,
+        },
+    );
+}
+
+fn main() {
+    if let Ok(probe) = std::env::var(memory::PROBE_VAR) {
+        memory::probe(&probe);
+        return;
+    }
+    let s = Settings::from_env_and_args();
+    let mut c = s.criterion();
+    let load = Load::start();
+    let mut report = Report::default();
+    report.note(
+        "Keys are u64 0..n checked round-robin, all warmed (inserted) before timing. Live \
+         keys: 1/s with burst 10^9 (each key's TAT stays ahead of now, never denied). Idle \
+         keys: 10^9/s (T = 1 ns), so every key is idle again by its next check. tollgate uses \
+         KeyedRateLimiter::new (max_keys 2^20) except for 1M keys (max_keys(1_000_000)); \
+         governor uses RateLimiter::keyed (DashMap); the keyed floor is a seeded multiply hash \
+         into a dense Box<[AtomicU64]> of one cell per key, then the direct floor (for 2 threads on \
+         distinct keys: one such array per thread, so nothing is shared).",
+    );
+    let (live, idle) = (Keys::Live, Keys::Idle);
+    single(
+        &s,
+        &mut c,
+        &mut report,
+        "keyed/1-key",
+        1,
+        None,
+        live,
+        500_000,
+        (None, None),
+    );
+    let t10k = (Some(0.6), Some(2.5));
+    single(
+        &s,
+        &mut c,
+        &mut report,
+        "keyed/10k-keys",
+        10_000,
+        None,
+        live,
+        500_000,
+        t10k,
+    );
+    let m10k = Some(10_000);
+    let name = "keyed/10k-keys-max_keys-10k";
+    single(
+        &s,
+        &mut c,
+        &mut report,
+        name,
+        10_000,
+        m10k,
+        live,
+        500_000,
+        t10k,
+    );
+    let t1m = (Some(0.8), None);
+    let m = Some(1_000_000);
+    single(
+        &s,
+        &mut c,
+        &mut report,
+        "keyed/1M-keys",
+        1_000_000,
+        m,
+        live,
+        1_000_000,
+        t1m,
+    );
+    single(
+        &s,
+        &mut c,
+        &mut report,
+        "keyed/10k-keys-idle",
+        10_000,
+        None,
+        idle,
+        500_000,
+        t10k,
+    );
+    single(
+        &s,
+        &mut c,
+        &mut report,
+        "keyed/1M-keys-idle",
+        1_000_000,
+        m,
+        idle,
+        1_000_000,
+        t1m,
+    );
+    two_threads_one_key(&s, &mut c, &mut report);
+    let name = "keyed/2-threads-distinct-keys";
+    two_threads_distinct(&s, &mut c, &mut report, name, None);
+    let name = "keyed/2-threads-distinct-keys-max_keys-20k";
+    two_threads_distinct(&s, &mut c, &mut report, name, Some(20_000));
+    c.final_summary();
+    let memory = if s.paired && s.wants("keyed/memory", memory::PROBES) {
+        memory::run_all(key_count(&s, 1_000_000))
+    } else {
+        String::new()
+    };
+    println!("{}{memory}", report.render("keyed", &load));
+}

@@ -156,6 +156,9 @@ pub(crate) struct Shared {
     fingerprinter: Fingerprinter,
     /// Detector-clock instant of the next sub-bucket close.
     next_eval: AtomicU64,
+    /// When a forced pass-through ends (`u64::MAX`: none), checked on its own so it ends on
+    /// time rather than at the next sub-bucket close.
+    pub(crate) override_until: AtomicU64,
     clock: Clock,
     cfg: Config,
     eval: Mutex<Eval>,
@@ -338,7 +341,7 @@ impl Shared {
                 _ => self.panel.record(fp, is_shadow_denied(v)),
             }
         }
-        if stats::tick(EVAL_EVERY) {
+        if stats::tick(stats::Ticker::Detector, EVAL_EVERY) {
             self.maybe_evaluate();
         }
     }
@@ -346,6 +349,9 @@ impl Shared {
     #[cold]
     fn maybe_evaluate(&self) {
         let now = self.clock.now_nanos();
+        if now >= self.override_until.load(Ordering::Relaxed) {
+            self.eval.lock().expire_override(now, self);
+        }
         let due = self.next_eval.load(Ordering::Relaxed);
         if now < due {
             return;
@@ -599,6 +605,7 @@ impl FaultDetectorBuilder {
                 keyed: AtomicBool::new(false),
                 fingerprinter,
                 next_eval: AtomicU64::new(now.saturating_add(self.cfg.sub)),
+                override_until: AtomicU64::new(u64::MAX),
                 eval: Mutex::new(Eval::new(now, self.cfg, baseline, self.revision)),
                 clock: self.clock,
                 cfg: self.cfg,

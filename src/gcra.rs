@@ -69,7 +69,7 @@ impl Params {
         match self.per {
             // n ≤ burst, so n·t ≤ τ ≤ MAX_TAU: no overflow.
             Per::Request { t } => Some(n * t),
-            Per::Byte { num, den } => Some(ceil_div(u128::from(n) * u128::from(num), den)),
+            Per::Byte { num, den } => Some(byte_weight(n, num, den)),
         }
     }
 
@@ -78,12 +78,27 @@ impl Params {
     pub(crate) fn units_in(&self, slack: u64) -> u64 {
         let units = match self.per {
             Per::Request { t } => slack / t,
-            Per::Byte { num, den } => match u128::from(slack).checked_mul(den) {
-                Some(x) => u64::try_from(x / u128::from(num)).unwrap_or(u64::MAX),
-                None => u64::MAX,
-            },
+            Per::Byte { num, den } => bytes_in(slack, num, den),
         };
         units.min(self.burst)
+    }
+}
+
+/// `⌈n·num/den⌉`: the weight of `n` bytes. Out of line: u128 division stays off the request
+/// path.
+#[cold]
+#[inline(never)]
+fn byte_weight(n: u64, num: u64, den: u128) -> u64 {
+    ceil_div(u128::from(n) * u128::from(num), den)
+}
+
+/// `⌊slack·den/num⌋`: the bytes that fit in `slack` ns.
+#[cold]
+#[inline(never)]
+fn bytes_in(slack: u64, num: u64, den: u128) -> u64 {
+    match u128::from(slack).checked_mul(den) {
+        Some(x) => u64::try_from(x / u128::from(num.max(1))).unwrap_or(u64::MAX),
+        None => u64::MAX,
     }
 }
 

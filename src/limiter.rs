@@ -170,6 +170,10 @@ impl RateLimiter {
         cell::step_word(&self.tat.0, a, DenyReason::Quota, || self.now())
     }
 
+    /// With a detector or watchdog attached: out of line, so a bare limiter's check stays
+    /// small enough to inline.
+    #[cold]
+    #[inline(never)]
     fn step_guarded(&self, g: &Guard, p: &Params, w: u64) -> Verdict {
         let now = g.now(&self.clock);
         let v = match g.pass_reason() {

@@ -202,16 +202,26 @@ fn stripe_index() -> usize {
     })
 }
 
-/// A per-thread tick: `true` once every `every` calls (a power of two) on this thread. Drives
-/// lazy evaluation without a shared write or a second clock read per check.
+/// Which per-thread tick counter: the detector's and the watchdog's count separately, so
+/// each sees every check.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Ticker {
+    Detector = 0,
+    Watchdog = 1,
+}
+
+/// A per-thread tick: `true` once every `every` calls (a power of two) on this thread for
+/// this ticker. Drives lazy evaluation without a shared write or a second clock read per
+/// check.
 #[inline]
-pub(crate) fn tick(every: u32) -> bool {
+pub(crate) fn tick(ticker: Ticker, every: u32) -> bool {
     thread_local! {
-        static TICKS: Cell<u32> = const { Cell::new(0) };
+        static TICKS: [Cell<u32>; 2] = const { [Cell::new(0), Cell::new(0)] };
     }
     TICKS.with(|t| {
-        let n = t.get().wrapping_add(1);
-        t.set(n);
+        let c = &t[ticker as usize];
+        let n = c.get().wrapping_add(1);
+        c.set(n);
         n & (every - 1) == 0
     })
 }

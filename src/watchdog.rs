@@ -130,6 +130,10 @@ impl Watchdog {
         if sh.faulted.load(Ordering::Relaxed) && reference >= st.fault_until {
             sh.faulted.store(false, Ordering::Relaxed);
         }
+        if sh.switched.load(Ordering::Relaxed) {
+            // The fast clock is no longer read: nothing it does can be a new fault.
+            return None;
+        }
         let Some((last_fast, last_ref)) = st.last else {
             st.last = Some((fast, reference));
             return None;
@@ -203,7 +207,7 @@ impl Watchdog {
     /// Called on every check: samples every N checks on this thread.
     #[inline]
     pub(crate) fn on_check(&self) {
-        if crate::stats::tick(self.shared.every) {
+        if crate::stats::tick(crate::stats::Ticker::Watchdog, self.shared.every) {
             self.sample_cold();
         }
     }

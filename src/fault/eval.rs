@@ -2,6 +2,7 @@
 //! off the hot path. Turns counter deltas into the measure, the measure into a mode.
 
 use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
 
 use super::panel::{self, Member};
 use super::{AlertKind, Baseline, Config, FaultEvent, Figures, HourSample, Mode, Shared};
@@ -357,18 +358,30 @@ impl Eval {
     pub(crate) fn force_enforce(&mut self, _now: u64, sh: &Shared) {
         self.overriding = Some(Override::Enforce);
         self.state = State::Enforce;
+        sh.override_until.store(u64::MAX, Ordering::Relaxed);
         sh.set_mode(None);
     }
 
     pub(crate) fn force_pass(&mut self, reason: PassReason, until: u64, sh: &Shared) {
         self.overriding = Some(Override::Pass { reason, until });
+        sh.override_until.store(until, Ordering::Relaxed);
         sh.set_mode(Some(reason));
     }
 
     pub(crate) fn clear_override(&mut self, sh: &Shared) {
         self.overriding = None;
+        sh.override_until.store(u64::MAX, Ordering::Relaxed);
         let passing = matches!(self.state, State::Passing { .. });
         sh.set_mode(passing.then_some(PassReason::DenyAnomaly));
+    }
+
+    /// Ends a forced pass-through whose time is up.
+    pub(crate) fn expire_override(&mut self, now: u64, sh: &Shared) {
+        if let Some(Override::Pass { until, .. }) = self.overriding {
+            if now >= until {
+                self.clear_override(sh);
+            }
+        }
     }
 
     pub(crate) fn overridden(&self) -> bool {
@@ -403,9 +416,11 @@ impl Eval {
 /// The direct measure of some counts over `secs`: (deny ratio, allowed per second, checks).
 /// A pass-through counts as what its shadow was; the overflow cell is left out.
 fn direct_measure(s: &Stats, secs: f64) -> (f64, f64, u64) {
-    let checks = s.total() - s.denied_key_table_full;
+    // Saturating: the counters are read one by one while checks go on, so a snapshot can hold
+    // a pass-through without its shadow-denied count, or the other way round.
+    let checks = s.total().saturating_sub(s.denied_key_table_full);
     let denied = s.denied_quota + s.denied_clock_overflow + s.denied_ceiling + s.shadow_denied;
-    let allowed = s.allowed + s.passed() - s.shadow_denied;
+    let allowed = (s.allowed + s.passed()).saturating_sub(s.shadow_denied);
     let ratio = if checks == 0 {
         0.0
     } else {

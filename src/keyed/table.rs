@@ -64,6 +64,8 @@ impl<K> KeyedRateLimiter<K> {
         }
     }
 
+    #[cold]
+    #[inline(never)]
     pub(super) fn step_key_guarded(&self, g: &Guard, ask: Ask, p: &Params) -> Verdict {
         let v = match g.pass_reason() {
             None => self.step_key_enforcing(ask, p),
@@ -237,22 +239,46 @@ impl<K> KeyedRateLimiter<K> {
                 }
                 return Some(self.place(slow, slot, fp, false, now, p, w));
             }
-            if key == 0 || !matches!(self.sweep_slot(slot, now), Swept::Live(_)) {
-                free = free.or(Some((slot, key == 0)));
-                if key == 0 {
-                    break;
-                }
+            if key == 0 {
+                free = free.or(Some((slot, true)));
+                break;
             }
-            slot += 1;
-            if slot == self.capacity {
-                slot = 0;
+            if free.is_none() && self.tat_word(slot).load(Ordering::Acquire) == TOMBSTONE {
+                free = Some((slot, false));
             }
+            slot = self.next(slot);
         }
-        let (slot, empty) = free?;
+        // Sweep only when the window has no free slot: a key revisited after going idle then
+        // keeps its slot (and its lock-free path) unless the room is needed.
+        let (slot, empty) = match free {
+            Some(free) => free,
+            None => (self.sweep_window(home, now)?, false),
+        };
         if self.len() >= self.max_keys {
             return None;
         }
         Some(self.place(slow, slot, fp, empty, now, p, w))
+    }
+
+    #[inline]
+    pub(super) fn next(&self, slot: usize) -> usize {
+        if slot + 1 == self.capacity {
+            0
+        } else {
+            slot + 1
+        }
+    }
+
+    /// Frees the first idle slot in the window starting at `home`, if any.
+    pub(super) fn sweep_window(&self, home: usize, now: u64) -> Option<usize> {
+        let mut slot = home;
+        for _ in 0..WINDOW {
+            if !matches!(self.sweep_slot(slot, now), Swept::Live(_)) {
+                return Some(slot);
+            }
+            slot = self.next(slot);
+        }
+        None
     }
 
     /// Marks `slot` dead if it is idle (TAT ≤ now).

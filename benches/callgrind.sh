@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Instructions (Ir) per check, with callgrind: exact and repeatable where wall time is not.
+#
+#   benches/callgrind.sh                 # every case
+#   benches/callgrind.sh tollgate-keyed-10k floor-keyed-10k
+#
+# For each case it runs examples/ir_per_check.rs (bench profile: release + no overflow checks,
+# as `cargo bench`; one codegen unit, in its own target dir, so that edits elsewhere in the
+# crate cannot move the partition boundaries and with them the inlining of these loops)
+# under callgrind twice, with N1 and N2 checks, collecting only inside
+# `measured` (the timed loop), and prints (Ir(N2) − Ir(N1)) / (N2 − N1): the instructions one
+# more check costs, loop bookkeeping included (the `loop-overhead` row is that bookkeeping
+# alone). N1, N2 are multiples of the 10k keys so the keyed rows cover whole passes.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+N1=${N1:-100000}
+N2=${N2:-200000}
+export CARGO_TARGET_DIR=target/callgrind CARGO_PROFILE_BENCH_CODEGEN_UNITS=1
+cargo build --quiet --profile bench --example ir_per_check
+BIN=$CARGO_TARGET_DIR/release/examples/ir_per_check
+OUT=$(mktemp -d)
+trap 'rm -rf "$OUT"' EXIT
+
+if [ "$#" -gt 0 ]; then
+  CASES=("$@")
+else
+  mapfile -t CASES < <("$BIN" 2>&1 | sed -n 's/^cases: //p' | tr ' ' '\n')
+fi
+
+ir() { # case n -> total Ir collected inside `measured`
+  valgrind --tool=callgrind --callgrind-out-file="$OUT/cg.$1.$2" \
+    --toggle-collect='*ir_per_check::measured*' "$BIN" "$1" "$2" 2>"$OUT/log.$1.$2" >/dev/null
+  sed -n 's/^summary: *//p' "$OUT/cg.$1.$2"
+}
+
+printf '| case | Ir(%s) | Ir(%s) | Ir per check |\n|---|---|---|---|\n' "$N1" "$N2"
+for case in "${CASES[@]}"; do
+  a=$(ir "$case" "$N1")
+  b=$(ir "$case" "$N2")
+  printf '| %s | %s | %s | %s |\n' "$case" "$a" "$b" \
+    "$(awk -v a="$a" -v b="$b" -v n1="$N1" -v n2="$N2" 'BEGIN { printf "%.2f", (b - a) / (n2 - n1) }')"
+done
