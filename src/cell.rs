@@ -71,6 +71,23 @@ impl SharedParams {
         }
     }
 
+    /// For a request quota, `(T, τ)`: three loads and a check, no byte-budget words; `None`
+    /// for a byte budget. The hot path of [`crate::RateLimiter::check`].
+    #[inline]
+    pub(crate) fn load_request(&self) -> Option<(u64, u64)> {
+        loop {
+            let before = self.seq.load(Ordering::Acquire);
+            let c = &self.copies[(before & 1) as usize];
+            let t = c[0].load(Ordering::Relaxed);
+            let tau = c[1].load(Ordering::Relaxed);
+            fence(Ordering::Acquire);
+            if self.seq.load(Ordering::Relaxed) == before {
+                return (t != 0).then_some((t, tau));
+            }
+            spin_loop();
+        }
+    }
+
     /// Publishes new parameters. Callers serialise writers (the limiter's quota lock).
     pub(crate) fn store(&self, params: Params) {
         let seq = self.seq.load(Ordering::Relaxed);

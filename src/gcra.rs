@@ -47,6 +47,16 @@ pub(crate) struct Params {
 }
 
 impl Params {
+    /// The parameters a one-request step reads: `T` and `τ` (the burst is not consulted).
+    #[inline]
+    pub(crate) fn request(t: u64, tau: u64) -> Self {
+        Self {
+            per: Per::Request { t },
+            tau,
+            burst: u64::MAX,
+        }
+    }
+
     /// The weight of one unit (a request, or a byte), the cost of [`crate::RateLimiter::check`].
     #[inline]
     pub(crate) fn unit(&self) -> u64 {

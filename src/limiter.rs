@@ -64,6 +64,20 @@ impl RateLimiter {
     /// Checks one unit (one request, or one byte for a byte budget).
     #[inline]
     pub fn check(&self) -> Verdict {
+        if self.guard.is_none() {
+            if let Some((t, tau)) = self.params.load_request() {
+                // The step of one request reads only T and τ (the burst bounds costs, and a
+                // cost of one is always within it).
+                let p = Params::request(t, tau);
+                return self.step(self.clock.now_nanos(), &p, t);
+            }
+        }
+        self.check_general()
+    }
+
+    /// Byte budgets, and limiters with a detector or watchdog attached.
+    #[inline(never)]
+    fn check_general(&self) -> Verdict {
         let p = self.params.load();
         let w = p.unit();
         match &self.guard {
