@@ -574,6 +574,20 @@ impl FaultDetectorBuilder {
         self
     }
 
+    /// The same as [`baseline`](Self::baseline): imports what [`FaultDetector::baseline`]
+    /// exported.
+    ///
+    /// ```
+    /// use tollgate::{Baseline, FaultDetector};
+    ///
+    /// let before_restart = FaultDetector::new().baseline();
+    /// let detector = FaultDetector::builder().with_baseline(before_restart).build();
+    /// assert!(!detector.baseline().is_ready()); // an empty one stays a cold start
+    /// ```
+    pub fn with_baseline(self, baseline: Baseline) -> Self {
+        self.baseline(baseline)
+    }
+
     /// The config revision in force (default 0).
     pub fn revision(mut self, revision: u64) -> Self {
         self.revision = revision;

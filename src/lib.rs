@@ -148,4 +148,4 @@ pub use slo::{
 };
 pub use stats::Stats;
 pub use verdict::{Allowed, Denied, DenyReason, PassReason, PassThrough, Shadow, Verdict};
-pub use watchdog::{ClockFault, Watchdog};
+pub use watchdog::{ClockFault, Sampler, Watchdog};

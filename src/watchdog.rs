@@ -166,6 +166,24 @@ impl Watchdog {
         fault
     }
 
+    /// Samples every `interval` from a thread of its own (opt-in), for limiters that may sit
+    /// idle: without checks, nothing else samples. The thread stops when the handle is
+    /// dropped.
+    pub fn spawn_sampler(&self, interval: Duration) -> Sampler {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (dog, flag) = (self.clone(), Arc::clone(&stop));
+        let thread = std::thread::Builder::new()
+            .name("tollgate-watchdog".into())
+            .spawn(move || {
+                while !flag.load(Ordering::Relaxed) {
+                    let _ = dog.sample();
+                    std::thread::park_timeout(interval);
+                }
+            })
+            .ok();
+        Sampler { stop, thread }
+    }
+
     /// `true` while in the pass-through window after a fault.
     pub fn is_faulted(&self) -> bool {
         self.shared.faulted.load(Ordering::Relaxed)
@@ -225,5 +243,29 @@ impl fmt::Debug for Watchdog {
             .field("switched", &self.is_switched())
             .field("faults", &self.faults())
             .finish_non_exhaustive()
+    }
+}
+
+/// The handle of a [`Watchdog::spawn_sampler`] thread: dropping it stops the thread.
+#[derive(Debug)]
+pub struct Sampler {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Sampler {
+    /// `false` if the thread could not be spawned (the system refused it).
+    pub fn is_running(&self) -> bool {
+        self.thread.as_ref().is_some_and(|t| !t.is_finished())
+    }
+}
+
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            t.thread().unpark();
+            let _ = t.join();
+        }
     }
 }

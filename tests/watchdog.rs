@@ -570,3 +570,21 @@ fn a_watchdog_sampling_every_n_checks_samples_with_a_detector_attached_too() {
         "no sample (and so no fault seen) in 4096 checks: {unsampled:?}"
     );
 }
+
+#[test]
+fn an_opt_in_sampler_thread_sees_a_stall_without_any_check() {
+    let (fast, reference) = (ManualClock::new(), ManualClock::new());
+    let dog = Watchdog::new(fast.clone(), reference.clone());
+    let sampler = dog.spawn_sampler(Duration::from_millis(1));
+    assert!(sampler.is_running());
+    // Wait (bounded) for the thread's first sample, then stall the fast clock.
+    let mut spins = 0u32;
+    while dog.faults() == 0 && spins < 5_000 {
+        reference.advance(Duration::from_secs(2));
+        std::thread::park_timeout(Duration::from_millis(1));
+        spins += 1;
+    }
+    assert!(dog.faults() > 0, "the sampler thread never sampled");
+    assert!(dog.is_switched());
+    drop(sampler);
+}
