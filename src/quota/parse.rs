@@ -136,6 +136,7 @@ pub(super) fn parse(input: &str) -> Result<Parsed, QuotaError> {
 
 /// Parses a burst given on its own (the `burst` field of a serialized table), in requests or
 /// in bytes as `work` says.
+#[cfg(feature = "serde")]
 pub(super) fn parse_burst(input: &str, work: Option<WorkUnit>) -> Result<u128, QuotaError> {
     Cursor::new(input)?.burst(work)
 }
@@ -442,6 +443,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "serde")]
     fn burst_alone() {
         assert_eq!(parse_burst("250", None), Ok(250));
         assert_eq!(parse_burst("2KiB", Some(WorkUnit::Byte)), Ok(2048));
