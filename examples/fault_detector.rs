@@ -29,7 +29,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         deny_ratio: 0.01,
         allowed_per_sec: 1_000.0,
     };
-    let baseline = Baseline::from_hours(1, std::iter::repeat(normal).take(7 * 24));
+    let baseline = Baseline::from_hours(1, std::iter::repeat_n(normal, 7 * 24));
 
     let detector = FaultDetector::builder()
         .clock(&real)

@@ -148,3 +148,240 @@ impl fmt::Display for Quoted<'_> {
         quote(f, self.0, QUOTE_MAX)
     }
 }
+
+/// What was wrong with a limits document; see [`ConfigError::kind`].
+///
+/// ```
+/// use tollgate::{ConfigErrorKind, Limits, QuotaErrorKind};
+///
+/// let errs = Limits::from_toml("schema = 1\nrevision = 1\npolicies = [{ name = \"a\", match = { route = \"/\" }, quota = \"10\" }]\n").unwrap_err();
+/// assert_eq!(errs[0].kind(), ConfigErrorKind::Quota(QuotaErrorKind::MissingUnit));
+/// # Ok::<(), tollgate::ConfigErrors>(())
+/// ```
+#[cfg(feature = "config")]
+#[cfg_attr(docsrs, doc(cfg(feature = "config")))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ConfigErrorKind {
+    /// The text is not valid TOML, YAML or JSON; [`line`](ConfigError::line) and
+    /// [`column`](ConfigError::column) say where, when the format tells.
+    Syntax,
+    /// The file could not be read.
+    Io,
+    /// A file name whose extension is not `.toml`, `.yaml`, `.yml` or `.json`.
+    UnknownFormat,
+    /// A required field is absent (`schema`, `revision`, `policies`, a policy's `name`,
+    /// `match` or `quota`, an acknowledgement's `policy`, `from` or `to`).
+    MissingField,
+    /// A field the schema does not know, usually a misspelling (incident 001's misnamed key).
+    UnknownField,
+    /// The same field twice in one table (JSON and YAML parsers would keep the last one).
+    DuplicateField,
+    /// A value of the wrong type: a string where a list belongs, a number where a string does.
+    WrongType,
+    /// A value of the right type that is not allowed: a badly formed name or route, a
+    /// negative revision, a category declared twice.
+    InvalidValue,
+    /// A `schema` other than 1.
+    UnsupportedSchema,
+    /// Two policies with the same name.
+    DuplicateName,
+    /// A `match` that names none of tier, category and route.
+    EmptyMatcher,
+    /// Two policies that match exactly the same requests at the same specificity.
+    OverlappingMatchers,
+    /// A tier or category that the document does not declare.
+    Undeclared,
+    /// A quota that does not parse, or a burst given both in the quota and in `burst`
+    /// ([`QuotaErrorKind::DuplicateBurst`]).
+    Quota(QuotaErrorKind),
+    /// An acknowledgement naming a policy that the document does not have.
+    UnknownPolicy,
+    /// A change tighter than the guard that the new document does not acknowledge.
+    UnacknowledgedTightening,
+    /// A changed document whose revision is not above the running one.
+    StaleRevision,
+}
+
+/// One problem in a limits document: where it is ([`path`](ConfigError::path), by policy
+/// name), what is wrong ([`message`](ConfigError::message)) and how to fix it
+/// ([`hint`](ConfigError::hint)).
+///
+/// `Display` writes `path: message`, or `line L, column C: message` for a syntax error. The
+/// message already ends with the hint when there is one; `hint` gives it alone.
+///
+/// ```
+/// use tollgate::{ConfigErrorKind, Limits};
+///
+/// let doc = r#"
+/// schema = 1
+/// revision = 7
+/// categories = ["search"]
+/// [[policies]]
+/// name = "free-search"
+/// match = { categroy = "search" }
+/// quota = "10/s"
+/// "#;
+/// let errs = Limits::from_toml(doc).unwrap_err();
+/// let err = &errs[0];
+/// assert_eq!(err.kind(), ConfigErrorKind::UnknownField);
+/// assert_eq!(err.path(), "policies[free-search].match.categroy");
+/// assert_eq!(err.hint(), Some(r#"did you mean "category"?"#));
+/// assert_eq!(
+///     err.to_string(),
+///     r#"policies[free-search].match.categroy: unknown field; did you mean "category"?"#
+/// );
+/// # Ok::<(), tollgate::ConfigErrors>(())
+/// ```
+#[cfg(feature = "config")]
+#[cfg_attr(docsrs, doc(cfg(feature = "config")))]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError {
+    kind: ConfigErrorKind,
+    path: Box<str>,
+    message: Box<str>,
+    hint: Option<Box<str>>,
+    position: Option<(usize, usize)>,
+}
+
+#[cfg(feature = "config")]
+impl ConfigError {
+    /// An error whose message is `what`, followed by `; hint` when there is a hint.
+    pub(crate) fn new(
+        kind: ConfigErrorKind,
+        path: impl Into<String>,
+        what: impl fmt::Display,
+        hint: Option<String>,
+    ) -> Self {
+        let message = match &hint {
+            Some(hint) => format!("{what}; {hint}"),
+            None => what.to_string(),
+        };
+        Self::with_message(kind, path, message, hint)
+    }
+
+    /// An error whose message is given whole, already carrying its `hint` if any.
+    pub(crate) fn with_message(
+        kind: ConfigErrorKind,
+        path: impl Into<String>,
+        message: String,
+        hint: Option<String>,
+    ) -> Self {
+        Self {
+            kind,
+            path: path.into().into_boxed_str(),
+            message: one_line(&message).into_boxed_str(),
+            hint: hint.map(|h| one_line(&h).into_boxed_str()),
+            position: None,
+        }
+    }
+
+    /// The same error at a line and column of the text (1-based).
+    pub(crate) fn at(mut self, line: usize, column: usize) -> Self {
+        self.position = Some((line, column));
+        self
+    }
+
+    /// What kind of mistake this is.
+    ///
+    /// ```
+    /// use tollgate::{ConfigErrorKind, Limits};
+    ///
+    /// let errs = Limits::from_json(r#"{"schema": 2, "revision": 1, "policies": []}"#).unwrap_err();
+    /// assert_eq!(errs[0].kind(), ConfigErrorKind::UnsupportedSchema);
+    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// ```
+    pub fn kind(&self) -> ConfigErrorKind {
+        self.kind
+    }
+
+    /// Where in the document: `policies[paid-checkout].quota`, `revision`, or
+    /// `policies[3].name` for a policy without a usable name (by 0-based index). Empty for
+    /// errors about the text or the file as a whole (syntax, I/O).
+    ///
+    /// ```
+    /// use tollgate::Limits;
+    ///
+    /// let errs = Limits::from_json(r#"{"schema": 1, "policies": []}"#).unwrap_err();
+    /// assert_eq!(errs[0].path(), "revision");
+    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// ```
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// What is wrong, ending with the hint when there is one, on one line.
+    ///
+    /// ```
+    /// use tollgate::Limits;
+    ///
+    /// let errs = Limits::from_json(r#"{"schema": 1, "policies": []}"#).unwrap_err();
+    /// assert_eq!(errs[0].message(), "missing field; add `revision`, the document's version (an integer)");
+    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// ```
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// The fix alone, such as `write "10/s" or "10/min"` or `did you mean "category"?`.
+    ///
+    /// ```
+    /// use tollgate::Limits;
+    ///
+    /// let errs = Limits::from_json(r#"{"schema": 1, "policies": []}"#).unwrap_err();
+    /// assert_eq!(errs[0].hint(), Some("add `revision`, the document's version (an integer)"));
+    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// ```
+    pub fn hint(&self) -> Option<&str> {
+        self.hint.as_deref()
+    }
+
+    /// The 1-based line of a syntax error, when the format reports one.
+    ///
+    /// ```
+    /// use tollgate::Limits;
+    ///
+    /// let errs = Limits::from_json("{\n  \"schema\": 1,\n  oops\n}").unwrap_err();
+    /// assert_eq!(errs[0].line(), Some(3));
+    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// ```
+    pub fn line(&self) -> Option<usize> {
+        self.position.map(|(line, _)| line)
+    }
+
+    /// The 1-based column of a syntax error, when the format reports one.
+    ///
+    /// ```
+    /// use tollgate::Limits;
+    ///
+    /// let errs = Limits::from_json("{\n  \"schema\": 1,\n  oops\n}").unwrap_err();
+    /// assert_eq!(errs[0].column(), Some(3));
+    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// ```
+    pub fn column(&self) -> Option<usize> {
+        self.position.map(|(_, column)| column)
+    }
+}
+
+/// Replaces control characters (newlines included) so that an error stays on one line.
+#[cfg(feature = "config")]
+fn one_line(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
+}
+
+#[cfg(feature = "config")]
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.position, self.path.is_empty()) {
+            (Some((line, column)), _) => write!(f, "line {line}, column {column}: ")?,
+            (None, false) => write!(f, "{}: ", self.path)?,
+            (None, true) => {}
+        }
+        f.write_str(&self.message)
+    }
+}
+
+#[cfg(feature = "config")]
+impl std::error::Error for ConfigError {}

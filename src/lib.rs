@@ -119,6 +119,9 @@ struct ReadmeDoctests;
 mod cell;
 mod check;
 mod clock;
+#[cfg(feature = "config")]
+#[cfg_attr(docsrs, doc(cfg(feature = "config")))]
+mod config;
 mod error;
 mod fault;
 mod fingerprint;
@@ -134,6 +137,13 @@ mod watchdog;
 
 pub use check::Check;
 pub use clock::{Clock, ManualClock};
+#[cfg(feature = "config")]
+pub use config::{
+    Acknowledgement, Change, ConfigErrors, Diff, Direction, Format, Limits, Matcher, Policy,
+    PolicyChange, QuotaChange, Tightening, TrafficMove, DEFAULT_GUARD,
+};
+#[cfg(feature = "config")]
+pub use error::{ConfigError, ConfigErrorKind};
 pub use error::{InsufficientCapacity, QuotaError, QuotaErrorKind};
 pub use fault::{
     AlertKind, Baseline, DetectorState, EventCallback, FaultDetector, FaultDetectorBuilder,

@@ -122,7 +122,7 @@ fn baseline(rev: u64, deny_ratio: f64, allowed_per_sec: f64, breadth: f64) -> Ba
         deny_ratio,
         allowed_per_sec,
     };
-    Baseline::from_hours(rev, std::iter::repeat(normal).take(24))
+    Baseline::from_hours(rev, std::iter::repeat_n(normal, 24))
 }
 
 /// Runs `THREADS` workers; worker 0 also plays the operator, toggling a forced pass-through

@@ -22,7 +22,7 @@ fn baseline(breadth: f64, deny_ratio: f64, allowed_per_sec: f64) -> Baseline {
         deny_ratio,
         allowed_per_sec,
     };
-    Baseline::from_hours(0, std::iter::repeat(hour).take(24))
+    Baseline::from_hours(0, std::iter::repeat_n(hour, 24))
 }
 
 type Events = Arc<Mutex<Vec<(Duration, FaultEvent)>>>;

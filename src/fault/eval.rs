@@ -170,9 +170,8 @@ impl Eval {
         };
         let threshold = (self.cfg.multiplier * base.unwrap_or(0.0)).max(self.cfg.floor);
         let base_allowed = self.baseline.allowed_per_sec();
-        let starved = |allowed: f64| {
-            keyed || base_allowed.map_or(true, |b| allowed < b / self.cfg.multiplier)
-        };
+        let starved =
+            |allowed: f64| keyed || base_allowed.is_none_or(|b| allowed < b / self.cfg.multiplier);
         let (measure, samples, enough, sub_above) = if keyed {
             let sub_enough = b.sub_eligible >= self.cfg.min_panel;
             let sub_above = sub_enough && b.sub_share() > threshold;

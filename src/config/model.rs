@@ -1,0 +1,305 @@
+//! The validated model: [`Policy`], its [`Matcher`] and an [`Acknowledgement`], and how a
+//! [`Limits`](super::Limits) document is written back out.
+
+use core::fmt;
+
+use serde::Serialize;
+
+use crate::Quota;
+
+/// One named policy: which requests it matches, and the quota they get.
+///
+/// ```
+/// use tollgate::Limits;
+///
+/// let limits = Limits::from_toml(r#"
+/// schema = 1
+/// revision = 1
+/// tiers = ["paid"]
+/// [[policies]]
+/// name = "paid"
+/// match = { tier = "paid" }
+/// quota = "100/s"
+/// burst = 250
+/// "#)?;
+/// let policy = limits.policy("paid").unwrap();
+/// assert_eq!(policy.name(), "paid");
+/// assert_eq!(policy.matcher().tier(), Some("paid"));
+/// assert_eq!(policy.quota(), "100/s;burst=250".parse()?);
+/// assert!(!policy.shadow());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct Policy {
+    pub(super) name: String,
+    pub(super) quota: Quota,
+    #[serde(skip_serializing_if = "core::ops::Not::not")]
+    pub(super) shadow: bool,
+    #[serde(rename = "match")]
+    pub(super) matcher: Matcher,
+}
+
+impl Policy {
+    /// The policy's name, unique in its document.
+    ///
+    /// ```
+    /// # let limits = tollgate::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[{"name":"all","match":{"route":"/*"},"quota":"10/s"}]}"#)?;
+    /// assert_eq!(limits.policies()[0].name(), "all");
+    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// ```
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Which requests the policy matches.
+    ///
+    /// ```
+    /// # let limits = tollgate::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[{"name":"all","match":{"route":"/*"},"quota":"10/s"}]}"#)?;
+    /// assert_eq!(limits.policies()[0].matcher().route(), Some("/*"));
+    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// ```
+    pub fn matcher(&self) -> &Matcher {
+        &self.matcher
+    }
+
+    /// The quota, with the document's `burst` field applied.
+    ///
+    /// ```
+    /// # let limits = tollgate::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[{"name":"all","match":{"route":"/*"},"quota":"10/s","burst":5}]}"#)?;
+    /// assert_eq!(limits.policies()[0].quota().burst(), 5);
+    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// ```
+    pub fn quota(&self) -> Quota {
+        self.quota
+    }
+
+    /// Whether the policy is in shadow mode: evaluated and counted, never denying.
+    ///
+    /// ```
+    /// # let limits = tollgate::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[{"name":"all","match":{"route":"/*"},"quota":"10/s","shadow":true}]}"#)?;
+    /// assert!(limits.policies()[0].shadow());
+    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// ```
+    pub fn shadow(&self) -> bool {
+        self.shadow
+    }
+}
+
+/// Which requests a policy matches: each field that is set must match, an unset one matches
+/// anything, and at least one is set.
+///
+/// A route ending in `*` matches every route that starts with what comes before the `*`
+/// (`/v1/checkout/*` matches `/v1/checkout/` and `/v1/checkout/cards`); any other route
+/// matches itself only. [`Limits::resolve`](super::Limits::resolve) explains which of several
+/// matching policies wins.
+///
+/// ```
+/// # let limits = tollgate::Limits::from_json(r#"{"schema":1,"revision":1,"tiers":["paid"],"policies":[{"name":"p","match":{"tier":"paid","route":"/v1/*"},"quota":"10/s"}]}"#)?;
+/// let m = limits.policies()[0].matcher();
+/// assert!(m.matches("paid", "search", "/v1/search"));
+/// assert!(!m.matches("free", "search", "/v1/search"));
+/// assert_eq!(m.to_string(), "tier=paid route=/v1/*");
+/// # Ok::<(), tollgate::ConfigErrors>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize)]
+#[non_exhaustive]
+pub struct Matcher {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) tier: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) category: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) route: Option<String>,
+}
+
+/// How specific a matcher is; the larger wins (see [`Limits::resolve`](super::Limits::resolve)).
+pub(super) type Specificity = (u8, u32, bool, bool);
+
+impl Matcher {
+    /// The tier the matcher names, if any.
+    ///
+    /// ```
+    /// # let limits = tollgate::Limits::from_json(r#"{"schema":1,"revision":1,"tiers":["paid"],"policies":[{"name":"p","match":{"tier":"paid"},"quota":"10/s"}]}"#)?;
+    /// assert_eq!(limits.policies()[0].matcher().tier(), Some("paid"));
+    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// ```
+    pub fn tier(&self) -> Option<&str> {
+        self.tier.as_deref()
+    }
+
+    /// The category the matcher names, if any.
+    ///
+    /// ```
+    /// # let limits = tollgate::Limits::from_json(r#"{"schema":1,"revision":1,"categories":["search"],"policies":[{"name":"p","match":{"category":"search"},"quota":"10/s"}]}"#)?;
+    /// assert_eq!(limits.policies()[0].matcher().category(), Some("search"));
+    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// ```
+    pub fn category(&self) -> Option<&str> {
+        self.category.as_deref()
+    }
+
+    /// The route pattern the matcher names, if any: exact, or a prefix ending in `*`.
+    ///
+    /// ```
+    /// # let limits = tollgate::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[{"name":"p","match":{"route":"/v1/*"},"quota":"10/s"}]}"#)?;
+    /// assert_eq!(limits.policies()[0].matcher().route(), Some("/v1/*"));
+    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// ```
+    pub fn route(&self) -> Option<&str> {
+        self.route.as_deref()
+    }
+
+    /// Whether a request of this tier, category and route matches.
+    ///
+    /// ```
+    /// # let limits = tollgate::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[{"name":"p","match":{"route":"/v1/*"},"quota":"10/s"}]}"#)?;
+    /// let m = limits.policies()[0].matcher();
+    /// assert!(m.matches("free", "search", "/v1/search"));
+    /// assert!(!m.matches("free", "search", "/v2/search"));
+    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// ```
+    pub fn matches(&self, tier: &str, category: &str, route: &str) -> bool {
+        self.tier.as_ref().is_none_or(|t| t == tier)
+            && self.category.as_ref().is_none_or(|c| c == category)
+            && self
+                .route
+                .as_ref()
+                .is_none_or(|pattern| route_matches(pattern, route))
+    }
+
+    /// Fields set, then the route (exact above the longest prefix above none), then
+    /// category, then tier. Two different matchers that both match one request never tie.
+    pub(super) fn specificity(&self) -> Specificity {
+        let fields = [
+            self.tier.is_some(),
+            self.category.is_some(),
+            self.route.is_some(),
+        ];
+        let route = match self.route.as_deref() {
+            None => 0,
+            Some(pattern) => match pattern.strip_suffix('*') {
+                Some(prefix) => u32::try_from(prefix.len())
+                    .map_or(u32::MAX - 1, |n| n.saturating_add(1).min(u32::MAX - 1)),
+                None => u32::MAX,
+            },
+        };
+        let count = fields.iter().filter(|f| **f).count() as u8;
+        (count, route, self.category.is_some(), self.tier.is_some())
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.tier.is_none() && self.category.is_none() && self.route.is_none()
+    }
+}
+
+pub(super) fn route_matches(pattern: &str, route: &str) -> bool {
+    match pattern.strip_suffix('*') {
+        Some(prefix) => route.starts_with(prefix),
+        None => pattern == route,
+    }
+}
+
+impl fmt::Display for Matcher {
+    /// `tier=paid category=checkout route=/v1/checkout/*`, the fields that are set.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let fields = [
+            ("tier", &self.tier),
+            ("category", &self.category),
+            ("route", &self.route),
+        ];
+        let mut first = true;
+        for (key, value) in fields {
+            if let Some(value) = value {
+                if !first {
+                    f.write_str(" ")?;
+                }
+                write!(f, "{key}={value}")?;
+                first = false;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// An explicit acknowledgement of one tightening beyond the guard: the policy, and the quota
+/// it had and now has (compared by meaning, so `"6000/min"` acknowledges `"100/s;burst=6000"`).
+///
+/// ```
+/// use tollgate::Limits;
+///
+/// let limits = Limits::from_toml(r#"
+/// schema = 1
+/// revision = 2
+/// [[policies]]
+/// name = "api"
+/// match = { route = "/api/*" }
+/// quota = "10/min"
+/// [[acknowledge]]
+/// policy = "api"
+/// from = "10/s"
+/// to = "10/min"
+/// "#)?;
+/// let ack = &limits.acknowledgements()[0];
+/// assert_eq!(ack.policy(), "api");
+/// assert_eq!(ack.from(), "10/s".parse()?);
+/// assert_eq!(ack.to(), "10/min".parse()?);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+#[non_exhaustive]
+pub struct Acknowledgement {
+    pub(super) policy: String,
+    pub(super) from: Quota,
+    pub(super) to: Quota,
+}
+
+impl Acknowledgement {
+    /// The policy whose quota changes (for traffic moving between policies: the one it moves
+    /// to).
+    ///
+    /// ```
+    /// # let limits = tollgate::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[{"name":"p","match":{"route":"/"},"quota":"1/s"}],"acknowledge":[{"policy":"p","from":"10/s","to":"1/s"}]}"#)?;
+    /// assert_eq!(limits.acknowledgements()[0].policy(), "p");
+    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// ```
+    pub fn policy(&self) -> &str {
+        &self.policy
+    }
+
+    /// The quota before the change.
+    ///
+    /// ```
+    /// # let limits = tollgate::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[{"name":"p","match":{"route":"/"},"quota":"1/s"}],"acknowledge":[{"policy":"p","from":"10/s","to":"1/s"}]}"#)?;
+    /// assert_eq!(limits.acknowledgements()[0].from().count(), 10);
+    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// ```
+    pub fn from(&self) -> Quota {
+        self.from
+    }
+
+    /// The quota after the change.
+    ///
+    /// ```
+    /// # let limits = tollgate::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[{"name":"p","match":{"route":"/"},"quota":"1/s"}],"acknowledge":[{"policy":"p","from":"10/s","to":"1/s"}]}"#)?;
+    /// assert_eq!(limits.acknowledgements()[0].to().count(), 1);
+    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// ```
+    pub fn to(&self) -> Quota {
+        self.to
+    }
+}
+
+/// The document as it is written out: `burst` folded into the quota string, defaults left out.
+#[derive(Serialize)]
+pub(super) struct Document<'a> {
+    pub(super) schema: u64,
+    pub(super) revision: u64,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    pub(super) categories: &'a [String],
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    pub(super) tiers: &'a [String],
+    pub(super) policies: &'a [Policy],
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    pub(super) acknowledge: &'a [Acknowledgement],
+}
