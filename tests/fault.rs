@@ -472,3 +472,24 @@ fn force_enforce_keeps_enforcing_through_an_anomaly() {
         "after clearing the override the detector decides again"
     );
 }
+
+#[test]
+fn detector_types_are_send_and_sync() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<FaultDetector>();
+    send_sync::<tollgate::Watchdog>();
+    send_sync::<tollgate::Stats>();
+    send_sync::<Baseline>();
+    send_sync::<FaultEvent>();
+}
+
+#[cfg(feature = "serde")]
+#[test]
+fn a_baseline_survives_a_restart_through_serde() {
+    let b = baseline(0.01, 0.02, 80.0);
+    let json = serde_json::to_string(&b).unwrap();
+    let back: Baseline = serde_json::from_str(&json).unwrap();
+    assert_eq!(back, b);
+    let restarted = FaultDetector::builder().with_baseline(back).build();
+    assert_eq!(restarted.baseline().breadth(), Some(0.01));
+}
