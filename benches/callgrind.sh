@@ -3,6 +3,10 @@
 #
 #   benches/callgrind.sh                 # every case
 #   benches/callgrind.sh tollgate-keyed-10k floor-keyed-10k
+#   benches/callgrind.sh tollgate-detector-direct-allowed tollgate-detector-direct-denied \
+#       tollgate-detector-keyed-10k      # with a FaultDetector attached
+#
+# The case list is the one `ir_per_check` prints when run without arguments (its CASES).
 #
 # For each case it runs examples/ir_per_check.rs (bench profile: release + no overflow checks,
 # as `cargo bench`; one codegen unit, in its own target dir, so that edits elsewhere in the

@@ -2,7 +2,7 @@
 //! hand-written floor, in paired rounds. See `benches/README.md` for the method and results.
 //!
 //! ```text
-//! cargo bench --bench direct                       # everything (~1 min)
+//! cargo bench --bench direct                       # everything (~2 min)
 //! cargo bench --bench direct -- denied             # one case (substring filter)
 //! TOLLGATE_BENCH_QUICK=1 cargo bench --bench direct
 //! ```
@@ -22,7 +22,7 @@ use std::time::Duration;
 use governor::{Quota as GQuota, RateLimiter as GovernorLimiter};
 use harness::{arm, ratio, sink, timed, timed_threads, Case, Report, Settings, Target};
 use load::Load;
-use tollgate::{Quota, RateLimiter};
+use tollgate::{FaultDetector, Quota, RateLimiter};
 
 use floor::Floor;
 
@@ -160,9 +160,184 @@ fn two_threads(s: &Settings, c: &mut criterion::Criterion, report: &mut Report) 
 
 /// `n` calls of `f` on each of 2 threads; the wall time.
 fn on_2_threads(n: u64, f: impl Fn() + Sync) -> Duration {
-    timed_threads(2, n, |_, n| {
+    on_threads(2, n, f)
+}
+
+/// `n` calls of `f` on each of `threads` threads (fresh threads per block); the wall time.
+fn on_threads(threads: usize, n: u64, f: impl Fn() + Sync) -> Duration {
+    timed_threads(threads, n, |_, n| {
         timed(n, &f);
     })
+}
+
+/// The arms of the fault-detector cases.
+const DETECTOR_ARMS: &[&str] = &["tollgate-detector", "tollgate", "floor"];
+
+/// DESIGN §11: direct `check` with the detector attached ≤ 1.25× the floor.
+const DETECTOR_VS_FLOOR: f64 = 1.25;
+
+/// A bare limiter and one with `FaultDetector::new()` attached (defaults: monotonic clock,
+/// no baseline, so it can only alert, never pass traffic through), on the same quota.
+fn with_and_without_detector(q: Quota) -> (RateLimiter, RateLimiter, FaultDetector) {
+    let detector = FaultDetector::new();
+    let det = RateLimiter::builder(q).detector(detector.clone()).build();
+    (det, RateLimiter::new(q), detector)
+}
+
+fn detector_ratios() -> Vec<harness::Ratio> {
+    vec![
+        ratio(
+            "tollgate-detector",
+            "floor",
+            Some(Target::AtMost(DETECTOR_VS_FLOOR)),
+        ),
+        ratio("tollgate-detector", "tollgate", None),
+        ratio("tollgate", "floor", None),
+    ]
+}
+
+/// After a detector case: what the detector saw (it must still be enforcing, and every check
+/// must have been counted).
+fn detector_note(report: &mut Report, name: &str, d: &FaultDetector) {
+    let (state, stats) = (d.state(), d.stats());
+    report.note(format!(
+        "{name}: detector mode {:?}; it counted {} checks ({} allowed, {} denied, {} passed \
+         through).",
+        state.mode,
+        stats.total(),
+        stats.allowed,
+        stats.denied(),
+        stats.passed()
+    ));
+}
+
+/// Direct `check` with a fault detector attached, one thread: allowed (`allowed == true`) or
+/// denied.
+fn detector_single(s: &Settings, c: &mut criterion::Criterion, report: &mut Report, allowed: bool) {
+    let name = if allowed {
+        "direct/detector-allowed"
+    } else {
+        "direct/detector-denied"
+    };
+    if !s.wants(name, DETECTOR_ARMS) {
+        return;
+    }
+    let (q, fl) = if allowed {
+        (
+            Quota::per_second(nz(HUGE)),
+            Floor::new(HUGE.into(), NS_PER_S, HUGE.into()),
+        )
+    } else {
+        (
+            "1/h".parse().expect("valid quota"),
+            Floor::new(1, NS_PER_H, 1),
+        )
+    };
+    let (det, tg, detector) = with_and_without_detector(q);
+    // The first check is allowed either way (a full burst); denied: that used up the burst.
+    assert!(det.check().is_permitted() && tg.check().is_permitted() && fl.check().is_ok());
+    assert_eq!(det.check().is_permitted(), allowed);
+    assert_eq!(tg.check().is_permitted(), allowed);
+    assert_eq!(fl.check().is_ok(), allowed);
+    report.run(
+        s,
+        c,
+        Case {
+            name: name.into(),
+            iters: s.iters(500_000),
+            arms: vec![
+                arm("tollgate-detector", |n| timed(n, || sink(det.check()))),
+                arm("tollgate", |n| timed(n, || sink(tg.check()))),
+                arm("floor", |n| timed(n, || sink(fl.check()))),
+            ],
+            ratios: detector_ratios(),
+            criterion: true,
+        },
+    );
+    detector_note(report, name, &detector);
+}
+
+/// Two threads on one shared limiter with a detector attached, every check allowed (both
+/// threads CAS the one TAT): time per check per thread.
+fn detector_two_threads(s: &Settings, c: &mut criterion::Criterion, report: &mut Report) {
+    let name = "direct/detector-2-threads-shared";
+    if !s.wants(name, DETECTOR_ARMS) {
+        return;
+    }
+    let (det, tg, detector) = with_and_without_detector(Quota::per_second(nz(HUGE)));
+    let fl = Floor::new(HUGE.into(), NS_PER_S, HUGE.into());
+    report.run(
+        s,
+        c,
+        Case {
+            name: name.into(),
+            iters: s.iters(300_000),
+            arms: vec![
+                arm("tollgate-detector", |n| {
+                    on_2_threads(n, || sink(det.check()))
+                }),
+                arm("tollgate", |n| on_2_threads(n, || sink(tg.check()))),
+                arm("floor", |n| on_2_threads(n, || sink(fl.check()))),
+            ],
+            ratios: detector_ratios(),
+            criterion: false,
+        },
+    );
+    detector_note(report, name, &detector);
+}
+
+/// Two threads on one shared *denied* limiter: a denial writes nothing shared to the TAT, so
+/// without a detector the threads only read shared lines, and with one the only per-check
+/// writes are the detector's (its striped counter and a thread-local tick). The 2-thread ÷
+/// 1-thread slowdown with the detector against without it is the cross-thread cost the
+/// detector adds.
+fn detector_two_threads_denied(s: &Settings, c: &mut criterion::Criterion, report: &mut Report) {
+    let name = "direct/detector-2-threads-shared-denied";
+    let arms = [
+        "tollgate-detector-1t",
+        "tollgate-detector-2t",
+        "tollgate-1t",
+        "tollgate-2t",
+        "floor-1t",
+        "floor-2t",
+    ];
+    if !s.wants(name, &arms) {
+        return;
+    }
+    let (det, tg, detector) = with_and_without_detector("1/h".parse().expect("valid quota"));
+    let fl = Floor::new(1, NS_PER_H, 1);
+    assert!(det.check().is_permitted() && tg.check().is_permitted() && fl.check().is_ok());
+    assert!(!det.check().is_permitted() && !tg.check().is_permitted() && fl.check().is_err());
+    let (d, t, f) = (
+        || sink(det.check()),
+        || sink(tg.check()),
+        || sink(fl.check()),
+    );
+    report.run(
+        s,
+        c,
+        Case {
+            name: name.into(),
+            iters: s.iters(300_000),
+            arms: vec![
+                arm(arms[0], |n| on_threads(1, n, d)),
+                arm(arms[1], |n| on_threads(2, n, d)),
+                arm(arms[2], |n| on_threads(1, n, t)),
+                arm(arms[3], |n| on_threads(2, n, t)),
+                arm(arms[4], |n| on_threads(1, n, f)),
+                arm(arms[5], |n| on_threads(2, n, f)),
+            ],
+            ratios: vec![
+                ratio(arms[1], arms[5], Some(Target::AtMost(DETECTOR_VS_FLOOR))),
+                ratio(arms[1], arms[3], None),
+                ratio(arms[1], arms[0], None),
+                ratio(arms[3], arms[2], None),
+                ratio(arms[5], arms[4], None),
+            ],
+            criterion: false,
+        },
+    );
+    detector_note(report, name, &detector);
 }
 
 fn main() {
@@ -179,6 +354,10 @@ fn main() {
     denied(&s, &mut c, &mut report);
     check_n5(&s, &mut c, &mut report);
     two_threads(&s, &mut c, &mut report);
+    detector_single(&s, &mut c, &mut report, true);
+    detector_single(&s, &mut c, &mut report, false);
+    detector_two_threads(&s, &mut c, &mut report);
+    detector_two_threads_denied(&s, &mut c, &mut report);
     c.final_summary();
     println!("{}", report.render("direct", &load));
 }

@@ -3,7 +3,7 @@
 //! paired rounds; then bytes per key. See `benches/README.md` for the method and results.
 //!
 //! ```text
-//! cargo bench --bench keyed                        # everything (~3 min)
+//! cargo bench --bench keyed                        # everything (~5 min)
 //! cargo bench --bench keyed -- 10k                 # one case (substring filter)
 //! TOLLGATE_BENCH_QUICK=1 cargo bench --bench keyed
 //! ```
@@ -24,7 +24,7 @@ use std::time::Duration;
 use governor::{DefaultKeyedRateLimiter, Quota as GQuota, RateLimiter as GovernorLimiter};
 use harness::{arm, ratio, sink, timed, timed_threads, Case, Report, Settings, Target};
 use load::Load;
-use tollgate::{KeyedRateLimiter, Quota};
+use tollgate::{FaultDetector, KeyedRateLimiter, ManualClock, Quota};
 
 use floor::KeyedFloor;
 
@@ -273,6 +273,171 @@ fn two_threads_distinct(
     );
 }
 
+/// DESIGN §11: keyed `check_key` with the detector attached ≤ 1.15× the same limiter without.
+const DETECTOR_VS_BARE: f64 = 1.15;
+
+/// Detector evaluations run during warm-up, one per pass over the keys.
+const SETTLE_PASSES: u32 = 8;
+
+/// The same keyed limiter (live keys) twice, one with a default-configured fault detector
+/// attached, every key warmed in both.
+///
+/// The detector's clock is a [`ManualClock`] so that its state is the same however long the
+/// bench runs: during warm-up it is advanced one sub-bucket (10 s) per pass over the keys, so
+/// the evaluations rebalance the breadth panel to its steady state (about k = 1024 of the
+/// keys sampled); during timing it stands still, so no evaluation runs (in production one
+/// runs per 10 s per limiter). Every other setting is `FaultDetector::new()`'s.
+struct WithDetector {
+    det: KeyedRateLimiter<u64>,
+    bare: KeyedRateLimiter<u64>,
+    detector: FaultDetector,
+}
+
+impl WithDetector {
+    fn new(keys: u64, max_keys: Option<usize>) -> Self {
+        let q = Quota::per_second(nz(1)).with_burst(nz(BURST));
+        let clock = ManualClock::new();
+        let detector = FaultDetector::builder().clock(&clock).build();
+        let build = |d: Option<FaultDetector>| {
+            let mut b = KeyedRateLimiter::<u64>::builder(q);
+            if let Some(m) = max_keys {
+                b = b.max_keys(m);
+            }
+            if let Some(d) = d {
+                b = b.detector(d);
+            }
+            b.build()
+        };
+        let (det, bare) = (build(Some(detector.clone())), build(None));
+        for k in 0..keys {
+            assert!(bare.check_key(&k).is_permitted());
+        }
+        for _ in 0..SETTLE_PASSES {
+            clock.advance(Duration::from_secs(10));
+            for k in 0..keys {
+                assert!(det.check_key(&k).is_permitted());
+            }
+            detector.tick();
+        }
+        Self {
+            det,
+            bare,
+            detector,
+        }
+    }
+
+    fn note(&self, report: &mut Report, name: &str) {
+        let (state, stats) = (self.detector.state(), self.detector.stats());
+        report.note(format!(
+            "{name}: detector mode {:?}; last evaluation: {} eligible panel keys; it counted {} \
+             checks ({} allowed, {} denied, {} passed through). Tables: {} bytes each.",
+            state.mode,
+            state.last.samples,
+            stats.total(),
+            stats.allowed,
+            stats.denied(),
+            stats.passed(),
+            self.det.table_bytes()
+        ));
+    }
+}
+
+/// One thread, 10k live keys, with and without a detector (and the floor, for scale).
+fn detector_single(
+    s: &Settings,
+    c: &mut criterion::Criterion,
+    report: &mut Report,
+    name: &str,
+    max_keys: Option<usize>,
+) {
+    let arms = ["tollgate-detector", "tollgate", "floor"];
+    if !s.wants(name, &arms) {
+        return;
+    }
+    let keys = key_count(s, 10_000);
+    eprintln!("warming {keys} keys for {name}");
+    let f = WithDetector::new(keys, max_keys);
+    let fl = KeyedFloor::new(keys as usize, 1, NS_PER_S, BURST.into());
+    for k in 0..keys {
+        assert!(fl.check_key(k).is_ok());
+    }
+    let (mut a, mut b, mut d) = (
+        RoundRobin::new(0, keys),
+        RoundRobin::new(0, keys),
+        RoundRobin::new(0, keys),
+    );
+    report.run(
+        s,
+        c,
+        Case {
+            name: name.into(),
+            iters: s.iters(500_000),
+            arms: vec![
+                arm(arms[0], |n| {
+                    timed(n, || sink(f.det.check_key(&a.next_key())))
+                }),
+                arm(arms[1], |n| {
+                    timed(n, || sink(f.bare.check_key(&b.next_key())))
+                }),
+                arm(arms[2], |n| timed(n, || sink(fl.check_key(d.next_key())))),
+            ],
+            ratios: vec![
+                ratio(arms[0], arms[1], Some(Target::AtMost(DETECTOR_VS_BARE))),
+                ratio(arms[0], arms[2], None),
+                ratio(arms[1], arms[2], None),
+            ],
+            criterion: true,
+        },
+    );
+    f.note(report, name);
+}
+
+/// Two threads on distinct keys (10k each, disjoint), with and without a detector: the
+/// detector's cost at 2 threads, and its share of the 2-thread slowdown.
+fn detector_two_threads(
+    s: &Settings,
+    c: &mut criterion::Criterion,
+    report: &mut Report,
+    name: &str,
+    max_keys: Option<usize>,
+) {
+    let arms = [
+        "tollgate-detector-1t",
+        "tollgate-detector-2t",
+        "tollgate-1t",
+        "tollgate-2t",
+    ];
+    if !s.wants(name, &arms) {
+        return;
+    }
+    let per = key_count(s, 10_000);
+    let f = WithDetector::new(2 * per, max_keys);
+    let det = |k: u64| sink(f.det.check_key(&k));
+    let bare = |k: u64| sink(f.bare.check_key(&k));
+    report.run(
+        s,
+        c,
+        Case {
+            name: name.into(),
+            iters: s.iters(300_000),
+            arms: vec![
+                arm(arms[0], |n| on_threads(1, n, per, det)),
+                arm(arms[1], |n| on_threads(2, n, per, det)),
+                arm(arms[2], |n| on_threads(1, n, per, bare)),
+                arm(arms[3], |n| on_threads(2, n, per, bare)),
+            ],
+            ratios: vec![
+                ratio(arms[1], arms[3], Some(Target::AtMost(DETECTOR_VS_BARE))),
+                ratio(arms[0], arms[2], Some(Target::AtMost(DETECTOR_VS_BARE))),
+                ratio(arms[1], arms[0], None),
+                ratio(arms[3], arms[2], None),
+            ],
+            criterion: false,
+        },
+    );
+    f.note(report, name);
+}
+
 fn main() {
     if let Ok(probe) = std::env::var(memory::PROBE_VAR) {
         memory::probe(&probe);
@@ -368,6 +533,14 @@ fn main() {
     two_threads_distinct(&s, &mut c, &mut report, name, None);
     let name = "keyed/2-threads-distinct-keys-max_keys-20k";
     two_threads_distinct(&s, &mut c, &mut report, name, Some(20_000));
+    let name = "keyed/detector-10k-keys";
+    detector_single(&s, &mut c, &mut report, name, None);
+    let name = "keyed/detector-10k-keys-max_keys-10k";
+    detector_single(&s, &mut c, &mut report, name, m10k);
+    let name = "keyed/detector-2-threads-distinct-keys";
+    detector_two_threads(&s, &mut c, &mut report, name, None);
+    let name = "keyed/detector-2-threads-distinct-keys-max_keys-20k";
+    detector_two_threads(&s, &mut c, &mut report, name, Some(20_000));
     c.final_summary();
     let memory = if s.paired && s.wants("keyed/memory", memory::PROBES) {
         memory::run_all(key_count(&s, 1_000_000))

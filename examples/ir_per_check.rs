@@ -18,9 +18,10 @@ mod floor;
 use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use governor::{Quota as GQuota, RateLimiter as GovernorLimiter};
-use tollgate::{KeyedRateLimiter, Quota, RateLimiter};
+use tollgate::{FaultDetector, KeyedRateLimiter, ManualClock, Quota, RateLimiter};
 
 use floor::{Floor, KeyedFloor};
 
@@ -29,6 +30,9 @@ const CASES: &[&str] = &[
     "tollgate-direct-denied",
     "tollgate-direct-check-n5",
     "tollgate-keyed-10k",
+    "tollgate-detector-direct-allowed",
+    "tollgate-detector-direct-denied",
+    "tollgate-detector-keyed-10k",
     "governor-direct-allowed",
     "governor-direct-denied",
     "governor-direct-check-n5",
@@ -92,6 +96,36 @@ fn run(case: &str, n: u64) -> bool {
         "tollgate-keyed-10k" => {
             let lim = KeyedRateLimiter::<u64>::new(live.0);
             warm(|k| lim.check_key(&k));
+            measured(n, |k| lim.check_key(&k));
+        }
+        "tollgate-detector-direct-allowed" | "tollgate-detector-direct-denied" => {
+            // As benches/direct.rs: `FaultDetector::new()` (no baseline: it can only alert).
+            // Its first evaluation is due 10 s after it is built, after this loop.
+            let q = if case.ends_with("allowed") {
+                Quota::per_second(nz(HUGE))
+            } else {
+                "1/h".parse().expect("valid quota")
+            };
+            let lim = RateLimiter::builder(q)
+                .detector(FaultDetector::new())
+                .build();
+            warm(|_| lim.check());
+            measured(n, |_| lim.check());
+        }
+        "tollgate-detector-keyed-10k" => {
+            // As benches/keyed.rs: default settings on a manual clock, advanced through 8
+            // evaluations during warm-up so the breadth panel is rebalanced to its steady
+            // state, then still (no evaluation inside the loop).
+            let clock = ManualClock::new();
+            let detector = FaultDetector::builder().clock(&clock).build();
+            let lim = KeyedRateLimiter::<u64>::builder(live.0)
+                .detector(detector.clone())
+                .build();
+            for _ in 0..8 {
+                clock.advance(Duration::from_secs(10));
+                warm(|k| lim.check_key(&k));
+                detector.tick();
+            }
             measured(n, |k| lim.check_key(&k));
         }
         "governor-direct-allowed" | "governor-direct-check-n5" => {

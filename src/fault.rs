@@ -36,7 +36,7 @@ pub use builder::FaultDetectorBuilder;
 
 use crate::clock::{saturating_nanos, Clock};
 use crate::fingerprint::Fingerprinter;
-use crate::stats::{self, Counters, Stats};
+use crate::stats::{Counters, Stats};
 use crate::verdict::{DenyReason, PassReason, Verdict};
 use eval::Eval;
 use panel::Panel;
@@ -336,14 +336,14 @@ impl Shared {
     /// evaluation.
     #[inline]
     pub(crate) fn observe(&self, v: &Verdict, fp: Option<u64>) {
-        self.counters.record(v);
+        let due = self.counters.record(v, EVAL_EVERY);
         if let Some(fp) = fp {
             match v {
                 Verdict::Deny(d) if d.reason() == DenyReason::KeyTableFull => {}
                 _ => self.panel.record(fp, is_shadow_denied(v)),
             }
         }
-        if stats::tick(stats::Ticker::Detector, EVAL_EVERY) {
+        if due {
             self.maybe_evaluate();
         }
     }

@@ -14,7 +14,7 @@ use crate::gcra::Params;
 use crate::guard::{self, Guard};
 use crate::quota::Quota;
 use crate::stats::Stats;
-use crate::verdict::{DenyReason, Verdict};
+use crate::verdict::{DenyReason, PassReason, Verdict};
 use crate::watchdog::Watchdog;
 
 /// A rate limiter with one cell: a single TAT word, checked lock-free.
@@ -64,15 +64,18 @@ impl RateLimiter {
     /// Checks one unit (one request, or one byte for a byte budget).
     #[inline]
     pub fn check(&self) -> Verdict {
-        if self.guard.is_none() {
-            if let Some((t, tau)) = self.params.load_request() {
+        match self.params.load_request() {
+            Some((t, tau)) => {
                 // The step of one request reads only T and τ (the burst bounds costs, and a
                 // cost of one is always within it).
                 let p = Params::request(t, tau);
-                return self.step(self.clock.now_nanos(), &p, t);
+                match &self.guard {
+                    None => self.step(self.clock.now_nanos(), &p, t),
+                    Some(g) => self.step_guarded(g, &p, t),
+                }
             }
+            None => self.check_general(),
         }
-        self.check_general()
     }
 
     /// Byte budgets, and limiters with a detector or watchdog attached.
@@ -184,22 +187,24 @@ impl RateLimiter {
         cell::step_word(&self.tat.0, a, DenyReason::Quota, || self.now())
     }
 
-    /// With a detector or watchdog attached: out of line, so a bare limiter's check stays
-    /// small enough to inline.
-    #[cold]
-    #[inline(never)]
+    /// With a detector or watchdog attached: enforcing inline, passing through out of line.
+    #[inline]
     fn step_guarded(&self, g: &Guard, p: &Params, w: u64) -> Verdict {
         let now = g.now(&self.clock);
         let v = match g.pass_reason() {
             None => self.step(now, p, w),
-            Some(reason) => {
-                let (a, ceiling) = (Attempt { now, p, w }, g.ceiling(p, w));
-                cell::step_pass_through(&self.tat.0, a, reason, ceiling, || true, || self.now())
-                    .unwrap_or_else(|| self.step(now, p, w))
-            }
+            Some(reason) => self.step_passing(g, now, p, w, reason),
         };
         g.observe(&v, None);
         v
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn step_passing(&self, g: &Guard, now: u64, p: &Params, w: u64, reason: PassReason) -> Verdict {
+        let (a, ceiling) = (Attempt { now, p, w }, g.ceiling(p, w));
+        cell::step_pass_through(&self.tat.0, a, reason, ceiling, || true, || self.now())
+            .unwrap_or_else(|| self.step(now, p, w))
     }
 }
 

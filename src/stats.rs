@@ -3,6 +3,8 @@
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
+use parking_lot::Mutex;
+
 use crate::cell::Padded;
 use crate::verdict::{DenyReason, PassReason, Shadow, Verdict};
 
@@ -119,11 +121,19 @@ pub(crate) const PASSED_OTHER: usize = 8;
 pub(crate) const SHADOW_DENIED: usize = 9;
 pub(crate) const COUNTERS: usize = 10;
 
-const STRIPES: usize = 16;
+/// Stripes owned by one thread each: written with a plain load and store, no locked
+/// instruction.
+const OWNED: usize = 64;
+/// Stripes for threads beyond the first 64 alive at once: written with `fetch_add`.
+const SHARED: usize = 8;
 
 /// Increase-only counters, striped by thread and padded so two threads never write one cache
 /// line. `Relaxed` throughout: they are tallies, read as deltas by the evaluator, and order
 /// nothing else.
+///
+/// Each of the first 64 threads alive at once owns a stripe (see [`thread_slot`]), so its
+/// increments need no locked instruction: one writer per stripe makes a load-and-store exact.
+/// Further threads share 8 stripes through `fetch_add`.
 #[derive(Debug)]
 pub(crate) struct Counters {
     stripes: Box<[Padded<[AtomicU64; COUNTERS]>]>,
@@ -132,19 +142,40 @@ pub(crate) struct Counters {
 impl Counters {
     pub(crate) fn new() -> Self {
         Self {
-            stripes: (0..STRIPES).map(|_| Padded(Default::default())).collect(),
+            stripes: (0..OWNED + SHARED)
+                .map(|_| Padded(Default::default()))
+                .collect(),
         }
     }
 
-    /// Counts `v` once.
+    /// Counts `v` once. Returns `true` once every `every` calls on this thread (a power of
+    /// two): time for the caller to look at its evaluation deadline.
     #[inline]
-    pub(crate) fn record(&self, v: &Verdict) {
-        let stripe = &self.stripes[stripe_index()].0;
+    pub(crate) fn record(&self, v: &Verdict, every: u32) -> bool {
         let (index, shadow_denied) = classify(v);
-        stripe[index].fetch_add(1, Ordering::Relaxed);
-        if shadow_denied {
-            stripe[SHADOW_DENIED].fetch_add(1, Ordering::Relaxed);
+        let (slot, due) = LOCAL.with(|l| {
+            let n = l.ticks[Ticker::Detector as usize].get().wrapping_add(1);
+            l.ticks[Ticker::Detector as usize].set(n);
+            (l.slot.get(), n & (every - 1) == 0)
+        });
+        let slot = if slot == UNCLAIMED {
+            claim_slot()
+        } else {
+            slot
+        };
+        let stripe = &self.stripes[slot].0;
+        if slot < OWNED {
+            bump_owned(&stripe[index]);
+            if shadow_denied {
+                bump_owned(&stripe[SHADOW_DENIED]);
+            }
+        } else {
+            stripe[index].fetch_add(1, Ordering::Relaxed);
+            if shadow_denied {
+                stripe[SHADOW_DENIED].fetch_add(1, Ordering::Relaxed);
+            }
         }
+        due
     }
 
     /// The sums over all stripes.
@@ -157,6 +188,72 @@ impl Counters {
         }
         total
     }
+}
+
+/// An increment by the only thread that writes `c`.
+#[inline]
+fn bump_owned(c: &AtomicU64) {
+    c.store(c.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
+}
+
+const UNCLAIMED: usize = usize::MAX;
+
+/// Per-thread state read on every check: one thread-local without a destructor, so an access
+/// is a plain load.
+struct Local {
+    /// This thread's stripe (`UNCLAIMED` before its first check).
+    slot: Cell<usize>,
+    /// Tick counters, one per [`Ticker`].
+    ticks: [Cell<u32>; 2],
+}
+
+thread_local! {
+    static LOCAL: Local = const {
+        Local {
+            slot: Cell::new(UNCLAIMED),
+            ticks: [Cell::new(0), Cell::new(0)],
+        }
+    };
+    static RELEASE: Release = const { Release(Cell::new(UNCLAIMED)) };
+}
+
+static FREE_SLOTS: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+static NEXT_SLOT: AtomicUsize = AtomicUsize::new(0);
+
+/// Hands an owned stripe back when its thread exits.
+struct Release(Cell<usize>);
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        let slot = self.0.get();
+        if slot < OWNED {
+            // Checks run by later thread-local destructors use a shared stripe from now on.
+            let _ = LOCAL.try_with(|l| l.slot.set(OWNED));
+            // The mutex orders this thread's last increments before the next owner's first.
+            FREE_SLOTS.lock().push(slot);
+        }
+    }
+}
+
+/// Claims this thread's stripe on its first counted check: a free owned stripe, else the
+/// next never-used one, else a shared one.
+#[cold]
+fn claim_slot() -> usize {
+    let slot = FREE_SLOTS.lock().pop().unwrap_or_else(|| {
+        let i = NEXT_SLOT.fetch_add(1, Ordering::Relaxed);
+        if i < OWNED {
+            i
+        } else {
+            OWNED + i % SHARED
+        }
+    });
+    // If the release hook cannot be registered (thread teardown), do not own a stripe.
+    let slot = match RELEASE.try_with(|r| r.0.set(slot)) {
+        Ok(()) => slot,
+        Err(_) => OWNED,
+    };
+    let _ = LOCAL.try_with(|l| l.slot.set(slot));
+    slot
 }
 
 #[inline]
@@ -184,24 +281,6 @@ fn classify(v: &Verdict) -> (usize, bool) {
     }
 }
 
-/// This thread's stripe: handed out round-robin on first use.
-#[inline]
-fn stripe_index() -> usize {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    thread_local! {
-        static STRIPE: Cell<usize> = const { Cell::new(usize::MAX) };
-    }
-    STRIPE.with(|s| {
-        let i = s.get();
-        if i != usize::MAX {
-            return i;
-        }
-        let i = NEXT.fetch_add(1, Ordering::Relaxed) % STRIPES;
-        s.set(i);
-        i
-    })
-}
-
 /// Which per-thread tick counter: the detector's and the watchdog's count separately, so
 /// each sees every check.
 #[derive(Clone, Copy, Debug)]
@@ -215,11 +294,8 @@ pub(crate) enum Ticker {
 /// check.
 #[inline]
 pub(crate) fn tick(ticker: Ticker, every: u32) -> bool {
-    thread_local! {
-        static TICKS: [Cell<u32>; 2] = const { [Cell::new(0), Cell::new(0)] };
-    }
-    TICKS.with(|t| {
-        let c = &t[ticker as usize];
+    LOCAL.with(|l| {
+        let c = &l.ticks[ticker as usize];
         let n = c.get().wrapping_add(1);
         c.set(n);
         n & (every - 1) == 0

@@ -64,8 +64,7 @@ impl<K> KeyedRateLimiter<K> {
         }
     }
 
-    #[cold]
-    #[inline(never)]
+    #[inline]
     pub(super) fn step_key_guarded(&self, g: &Guard, ask: Ask, p: &Params) -> Verdict {
         let v = match g.pass_reason() {
             None => self.step_key_enforcing(ask, p),
@@ -76,6 +75,8 @@ impl<K> KeyedRateLimiter<K> {
     }
 
     /// During a pass-through: the shadow step, under the ceiling, on the key's own cell.
+    #[cold]
+    #[inline(never)]
     pub(super) fn step_key_passing(
         &self,
         ask: Ask,
