@@ -130,6 +130,12 @@ mod guard;
 mod keyed;
 mod limiter;
 mod quota;
+#[cfg(feature = "config")]
+#[cfg_attr(docsrs, doc(cfg(feature = "config")))]
+mod reload;
+#[cfg(feature = "config")]
+#[cfg_attr(docsrs, doc(cfg(feature = "config")))]
+mod rollout;
 mod slo;
 mod stats;
 mod verdict;
@@ -152,6 +158,10 @@ pub use fault::{
 pub use keyed::{KeyedRateLimiter, KeyedRateLimiterBuilder, DEFAULT_MAX_KEYS, MAX_KEYS_LIMIT};
 pub use limiter::{RateLimiter, RateLimiterBuilder};
 pub use quota::Quota;
+#[cfg(feature = "config")]
+pub use reload::{Decision, LimitsHandle, LimitsHandleBuilder, DEFAULT_KNOWN_GOOD_AFTER};
+#[cfg(feature = "config")]
+pub use rollout::{Rollout, RolloutBuilder, RolloutState, Stage, WindowFigures, DEFAULT_STAGES};
 pub use slo::{
     Outcome, SloAlert, SloConfigError, SuccessRate, SuccessRateBuilder, TierSnapshot, MAX_TIERS,
     OTHER_TIER,
