@@ -166,15 +166,21 @@ pub(crate) fn verdict(outcome: Outcome, p: &Params, reason: DenyReason) -> Verdi
 /// `still_ours` is asked after each read of the word (the keyed table re-checks that the slot
 /// still holds its key); `fresh` reads the clock again (see [`refresh`]). Returns `None` if the
 /// word holds [`TOMBSTONE`] or `still_ours` says no: the caller must look the key up again.
+///
+/// `tol ≤ τ` is the tolerance of the check's priority class (τ itself without classes): the
+/// clamp uses the full τ, so a low class never lowers what a critical class left above
+/// `now + tol`; the step uses `tol`.
 #[inline]
-pub(crate) fn step_atomic(
+pub(crate) fn step_within(
     word: &AtomicU64,
     a: Attempt<'_>,
+    tol: u64,
     reason: DenyReason,
     still_ours: impl Fn() -> bool,
     fresh: impl Fn() -> u64,
 ) -> Option<Verdict> {
     let (p, w, mut now) = (a.p, a.w, a.now);
+    let told = p.within(tol);
     // Acquire (load and failed CAS): in the keyed table a slot's new TAT is published with
     // Release after its new key, so a reader that sees the TAT and re-checks the key sees the
     // new key. For a direct limiter this costs nothing on x86 and orders nothing else.
@@ -191,14 +197,14 @@ pub(crate) fn step_atomic(
                 continue;
             }
         }
-        let outcome = gcra::step(clamped, now, w, p.tau);
+        let outcome = gcra::step(clamped, now, w, tol);
         let next = match outcome {
             Outcome::Allow { tat, .. } => tat,
             _ if clamped < cur => clamped,
-            _ => return Some(verdict(outcome, p, reason)),
+            _ => return Some(verdict(outcome, &told, reason)),
         };
         match word.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => return Some(verdict(outcome, p, reason)),
+            Ok(_) => return Some(verdict(outcome, &told, reason)),
             Err(actual) => {
                 cur = actual;
                 refreshed = false;
@@ -207,16 +213,18 @@ pub(crate) fn step_atomic(
     }
 }
 
-/// [`step_atomic`] on a word that never holds the tombstone (a direct limiter, the overflow
-/// cell). TATs are capped below the tombstone, so the fallback is unreachable; it denies.
+/// [`step_within`] on a word that never holds the tombstone (a direct limiter, the overflow
+/// cell), for a class of tolerance `tol` (τ without classes). TATs are capped below the
+/// tombstone, so the fallback is unreachable; it denies.
 #[inline]
 pub(crate) fn step_word(
     word: &AtomicU64,
     a: Attempt<'_>,
+    tol: u64,
     reason: DenyReason,
     fresh: impl Fn() -> u64,
 ) -> Verdict {
-    step_atomic(word, a, reason, || true, fresh).unwrap_or(Verdict::Deny(Denied::new(
+    step_within(word, a, tol, reason, || true, fresh).unwrap_or(Verdict::Deny(Denied::new(
         u64::MAX,
         DenyReason::ClockOverflow,
     )))
@@ -239,7 +247,7 @@ pub(crate) fn ceiling(p: &Params, w: u64, factor: u32) -> (u64, u64) {
 /// A step while the limiter passes traffic through with `reason`: the shadow verdict is the
 /// normal step (its TAT written on a shadow-allow, so the shadow stays true); a shadow-denial
 /// passes if the `ceiling` (weight, tolerance) admits it, and is charged against it; past the
-/// ceiling it is a real denial ([`DenyReason::Ceiling`]). Returns `None` like [`step_atomic`].
+/// ceiling it is a real denial ([`DenyReason::Ceiling`]). Returns `None` like [`step_within`].
 #[inline]
 pub(crate) fn step_pass_through(
     word: &AtomicU64,
@@ -373,7 +381,7 @@ mod tests {
             p: &p,
             w: 10,
         };
-        let v = step_atomic(&word, a, DenyReason::Quota, || true, || 100);
+        let v = step_within(&word, a, p.tau, DenyReason::Quota, || true, || 100);
         assert!(matches!(v, Some(Verdict::Deny(_))));
         assert_eq!(word.load(Ordering::Relaxed), 120);
     }
@@ -392,7 +400,7 @@ mod tests {
             p: &p,
             w: 10,
         };
-        let v = step_atomic(&word, stale, DenyReason::Quota, || true, || 1_005);
+        let v = step_within(&word, stale, p.tau, DenyReason::Quota, || true, || 1_005);
         assert!(matches!(v, Some(Verdict::Deny(_))));
         assert_eq!(word.load(Ordering::Relaxed), 1_025, "nothing handed out");
     }

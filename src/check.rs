@@ -29,13 +29,17 @@ impl Check {
         }
     }
 
-    /// The attempt number: 0 for an original request, 1 for its first retry, and so on.
+    /// The attempt number: 0 for an original request, 1 for its first retry, and so on. A
+    /// retry must fit the limiter's [`RetryBudget`](crate::RetryBudget), if one is attached,
+    /// and is counted apart in [`Stats`](crate::Stats).
     #[inline]
     pub const fn attempt(self, attempt: u32) -> Self {
         Self { attempt, ..self }
     }
 
-    /// The priority class: 0 is the most critical.
+    /// The priority class: 0 is the most critical. With [`Priorities`](crate::Priorities)
+    /// attached, the class decides how much of the burst the check may use; without them it
+    /// is ignored.
     #[inline]
     pub const fn class(self, class: u8) -> Self {
         Self { class, ..self }

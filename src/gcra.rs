@@ -57,6 +57,13 @@ impl Params {
         }
     }
 
+    /// The same parameters with the tolerance of a priority class, `tol ≤ τ`: what the class
+    /// is allowed and told (its remaining capacity, its retry-after).
+    #[inline]
+    pub(crate) fn within(&self, tol: u64) -> Self {
+        Self { tau: tol, ..*self }
+    }
+
     /// The weight of one unit (a request, or a byte), the cost of [`crate::RateLimiter::check`].
     #[inline]
     pub(crate) fn unit(&self) -> u64 {

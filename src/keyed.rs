@@ -36,7 +36,9 @@ use crate::error::InsufficientCapacity;
 use crate::fault::FaultDetector;
 use crate::fingerprint::Fingerprinter;
 use crate::guard::Guard;
+use crate::priority::{self, Priorities, Reserve};
 use crate::quota::Quota;
+use crate::retry::RetryBudget;
 use crate::stats::Stats;
 use crate::verdict::Verdict;
 
@@ -131,12 +133,29 @@ enum Swept {
     Live(u64),
 }
 
-/// One check's key and cost: its fingerprint, its cost in units, and the weight of that cost.
+/// One check's key and cost: its fingerprint, its cost in units, the weight of that cost,
+/// its priority class's reserve, and whether it is a retry.
 #[derive(Clone, Copy, Debug)]
 struct Ask {
     fp: u64,
     cost: u64,
     w: u64,
+    reserve: Reserve,
+    retry: bool,
+}
+
+impl Ask {
+    /// An original check of class 0.
+    #[inline]
+    fn plain(fp: u64, cost: u64, w: u64) -> Self {
+        Self {
+            fp,
+            cost,
+            w,
+            reserve: Reserve::NONE,
+            retry: false,
+        }
+    }
 }
 
 enum Found {
@@ -192,7 +211,8 @@ impl<K> KeyedRateLimiter<K> {
         slow.pass_min = 0;
     }
 
-    /// The fault detector's counts, if one is attached.
+    /// The fault detector's counts, if one is attached: by outcome, and originals apart from
+    /// retries.
     pub fn stats(&self) -> Option<Stats> {
         self.guard
             .as_ref()?
@@ -204,6 +224,50 @@ impl<K> KeyedRateLimiter<K> {
     /// The clock this limiter reads.
     pub fn clock(&self) -> &Clock {
         &self.clock
+    }
+
+    /// The retry budget attached (shared by all keys), if any.
+    pub fn retry_budget(&self) -> Option<RetryBudget> {
+        self.guard.as_ref()?.retry_budget()
+    }
+
+    /// The priority classes attached, if any.
+    pub fn priorities(&self) -> Option<&Priorities> {
+        self.guard.as_ref()?.priorities.as_ref()
+    }
+
+    /// [`check_key_with`](Self::check_key_with) with something attached: the class's
+    /// tolerance, the retry budget (peek, step, debit), the counts.
+    #[inline(never)]
+    fn check_fp_attached(
+        &self,
+        g: &Guard,
+        fp: u64,
+        check: Check,
+    ) -> Result<Verdict, InsufficientCapacity> {
+        let p = self.params.load();
+        let (cost, reserve) = (check.units(), g.reserve(check.priority_class()));
+        let tol = reserve.tolerance(p.tau);
+        let w = priority::weight_within(&p, cost, tol)?;
+        if w == 0 {
+            return Ok(self.peek_fp(fp, &p.within(tol), 0));
+        }
+        let retry = check.attempt_number() > 0;
+        if retry {
+            let now = self.now();
+            if let Some(v) = g.over_budget(now) {
+                g.observe(&v, Some(fp), true, || now);
+                return Ok(v);
+            }
+        }
+        let ask = Ask {
+            fp,
+            cost,
+            w,
+            reserve,
+            retry,
+        };
+        Ok(self.step_key_guarded(g, ask, &p))
     }
 }
 
@@ -217,14 +281,7 @@ impl<K: Hash> KeyedRateLimiter<K> {
     {
         let p = self.params.load();
         let fp = self.fingerprinter.fingerprint(key);
-        self.step_key(
-            Ask {
-                fp,
-                cost: 1,
-                w: p.unit(),
-            },
-            &p,
-        )
+        self.step_key(Ask::plain(fp, 1, p.unit()), &p)
     }
 
     /// Checks `cost` units for `key`: all or nothing. A cost of 0 reports the remaining
@@ -247,21 +304,41 @@ impl<K: Hash> KeyedRateLimiter<K> {
         if w == 0 {
             return Ok(self.peek_fp(fp, &p, 0));
         }
-        Ok(self.step_key(Ask { fp, cost, w }, &p))
+        Ok(self.step_key(Ask::plain(fp, cost, w), &p))
     }
 
-    /// Checks with per-request arguments (cost, attempt, priority class).
+    /// Checks `key` with per-request arguments: cost, attempt, priority class.
+    ///
+    /// With [`Priorities`] attached, the check sees its class's tolerance on the key's cell;
+    /// with a [`RetryBudget`] attached (one for the whole limiter), a retry must fit it as
+    /// well as the key's quota; with a [`FaultDetector`] attached, originals and retries are
+    /// counted apart. Without them this is [`check_key_n`](Self::check_key_n).
     ///
     /// # Errors
     ///
-    /// [`InsufficientCapacity`] if the cost exceeds the burst.
+    /// [`InsufficientCapacity`] if the cost exceeds the burst, or the capacity of its class.
+    ///
+    /// ```
+    /// use tollgate::{Check, KeyedRateLimiter, Priorities};
+    ///
+    /// let lim = KeyedRateLimiter::<u64>::builder("10/s".parse()?)
+    ///     .priorities(Priorities::new([(0, 0.0), (1, 0.3)])?)
+    ///     .build();
+    /// assert_eq!(lim.check_key_with(&7, Check::cost(8).class(1)).unwrap_err().capacity(), 7);
+    /// assert!(lim.check_key_with(&7, Check::cost(7).class(1))?.is_permitted());
+    /// assert!(lim.check_key_with(&7, Check::cost(3))?.is_permitted());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     #[inline]
     pub fn check_key_with<Q>(&self, key: &Q, check: Check) -> Result<Verdict, InsufficientCapacity>
     where
         K: Borrow<Q>,
         Q: Hash + ?Sized,
     {
-        self.check_key_n(key, check.units())
+        match &self.guard {
+            None => self.check_key_n(key, check.units()),
+            Some(g) => self.check_fp_attached(g, self.fingerprinter.fingerprint(key), check),
+        }
     }
 
     /// What [`check_key`](Self::check_key) would say now, without writing anything.

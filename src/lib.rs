@@ -81,6 +81,35 @@
 //! through with [`PassReason::ClockFault`] for one window, then enforces on the reference
 //! clock. A [`SuccessRate`] tracks the customer's view per tier, counting 429s as failures.
 //!
+//! # Retries and priorities
+//!
+//! Incident 003 was a link shared by replica recovery and heartbeats, and clients that retried
+//! failed writes at once, ten times. Two things attach through the limiter's builder and are
+//! chosen per check with [`Check`] (through [`RateLimiter::check_with`] and
+//! [`KeyedRateLimiter::check_key_with`]); a limiter without them pays nothing for them.
+//!
+//! * [`Priorities`]: classes share one cell, and each class leaves a share of the burst to the
+//!   classes above it, so heartbeats (class 0) always find capacity while recovery (a lower
+//!   class) is capped. A plain `check` is class 0.
+//! * [`RetryBudget`]: a retry ([`Check::attempt`] ≥ 1) must fit the budget — 10 % of the
+//!   originals over a sliding 10 s, plus 10 retries per second — as well as the quota; over it,
+//!   [`DenyReason::RetryBudget`]. A retry the quota denies costs no budget; originals are
+//!   never denied by it. [`Stats`] counts originals and retries apart.
+//!
+//! ```
+//! use tollgate::{Check, ManualClock, Priorities, RateLimiter, RetryBudget};
+//!
+//! let link = RateLimiter::builder("2Gbit/s;burst=64MiB".parse()?)
+//!     .clock(ManualClock::new())
+//!     .priorities(Priorities::new([(0, 0.0), (2, 0.5)])?)
+//!     .retry_budget(RetryBudget::new())
+//!     .build();
+//! let chunk = Check::cost(64 << 10).class(2); // recovery: at most half the burst
+//! assert!(link.check_with(chunk)?.is_permitted());
+//! assert!(link.check_with(Check::cost(512).attempt(1))?.is_permitted()); // the floor
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! # Caveats
 //!
 //! * **Clock.** Every check reads the clock; nothing is cached. The default clock is quanta's
@@ -129,10 +158,12 @@ mod gcra;
 mod guard;
 mod keyed;
 mod limiter;
+mod priority;
 mod quota;
 #[cfg(feature = "config")]
 #[cfg_attr(docsrs, doc(cfg(feature = "config")))]
 mod reload;
+mod retry;
 #[cfg(feature = "config")]
 #[cfg_attr(docsrs, doc(cfg(feature = "config")))]
 mod rollout;
@@ -157,9 +188,11 @@ pub use fault::{
 };
 pub use keyed::{KeyedRateLimiter, KeyedRateLimiterBuilder, DEFAULT_MAX_KEYS, MAX_KEYS_LIMIT};
 pub use limiter::{RateLimiter, RateLimiterBuilder};
+pub use priority::{Priorities, PriorityError};
 pub use quota::Quota;
 #[cfg(feature = "config")]
 pub use reload::{Decision, LimitsHandle, LimitsHandleBuilder, DEFAULT_KNOWN_GOOD_AFTER};
+pub use retry::{Backoff, BackoffBuilder, BackoffError, Delays, Failure, RetryBudget, RetryError};
 #[cfg(feature = "config")]
 pub use rollout::{Rollout, RolloutBuilder, RolloutState, Stage, WindowFigures, DEFAULT_STAGES};
 pub use slo::{

@@ -11,8 +11,10 @@ use crate::clock::Clock;
 use crate::error::InsufficientCapacity;
 use crate::fault::FaultDetector;
 use crate::gcra::Params;
-use crate::guard::{self, Guard};
+use crate::guard::{self, Attached, Guard};
+use crate::priority::{self, Priorities};
 use crate::quota::Quota;
+use crate::retry::RetryBudget;
 use crate::stats::Stats;
 use crate::verdict::{DenyReason, PassReason, Verdict};
 use crate::watchdog::Watchdog;
@@ -56,8 +58,7 @@ impl RateLimiter {
         RateLimiterBuilder {
             quota,
             clock: Clock::monotonic(),
-            detector: None,
-            watchdog: None,
+            attached: Attached::default(),
         }
     }
 
@@ -122,14 +123,66 @@ impl RateLimiter {
         })
     }
 
-    /// Checks with per-request arguments (cost, attempt, priority class).
+    /// Checks with per-request arguments: cost, attempt, priority class.
+    ///
+    /// With [`Priorities`] attached, the check sees its class's tolerance; with a
+    /// [`RetryBudget`] attached, a retry (attempt ≥ 1) must fit the budget as well as the
+    /// quota; with a [`FaultDetector`] attached, originals and retries are counted apart.
+    /// Without them, the attempt and class are ignored and this is [`check_n`](Self::check_n).
     ///
     /// # Errors
     ///
-    /// [`InsufficientCapacity`] if the cost exceeds the burst.
+    /// [`InsufficientCapacity`] if the cost exceeds the burst, or the capacity of its class.
+    ///
+    /// ```
+    /// use tollgate::{Check, ManualClock, Priorities, RateLimiter};
+    ///
+    /// let lim = RateLimiter::builder("100/s".parse()?)
+    ///     .clock(ManualClock::new())
+    ///     .priorities(Priorities::new([(1, 0.5)])?)
+    ///     .build();
+    /// assert!(lim.check_with(Check::cost(50).class(1))?.is_permitted());
+    /// assert!(!lim.check_with(Check::cost(1).class(1))?.is_permitted());
+    /// assert!(lim.check_with(Check::cost(50))?.is_permitted()); // class 0: the reserve
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     #[inline]
     pub fn check_with(&self, check: Check) -> Result<Verdict, InsufficientCapacity> {
-        self.check_n(check.units())
+        match &self.guard {
+            None => self.check_n(check.units()),
+            Some(g) => self.check_attached(g, check),
+        }
+    }
+
+    /// [`check_with`](Self::check_with) with something attached: the class's tolerance, the
+    /// retry budget (peek, step, debit), the counts.
+    #[inline(never)]
+    fn check_attached(&self, g: &Guard, check: Check) -> Result<Verdict, InsufficientCapacity> {
+        let p = self.params.load();
+        let tol = g.reserve(check.priority_class()).tolerance(p.tau);
+        let w = priority::weight_within(&p, check.units(), tol)?;
+        let now = g.now(&self.clock);
+        if w == 0 {
+            let tat = self.tat.0.load(Ordering::Relaxed);
+            return Ok(cell::evaluate(
+                tat,
+                now,
+                &p.within(tol),
+                0,
+                DenyReason::Quota,
+            ));
+        }
+        let retry = check.attempt_number() > 0;
+        let v = match (retry.then(|| g.over_budget(now)).flatten(), g.pass_reason()) {
+            (Some(denied), _) => denied,
+            (None, None) => {
+                let a = Attempt { now, p: &p, w };
+                cell::step_word(&self.tat.0, a, tol, DenyReason::Quota, || self.now())
+            }
+            (None, Some(reason)) => self.step_passing(g, now, &p, w, reason),
+        };
+        g.observe(&v, None, retry, || now);
+        Ok(v)
     }
 
     /// What [`check`](Self::check) would say now, without writing anything (during a
@@ -145,7 +198,8 @@ impl RateLimiter {
         }
     }
 
-    /// The fault detector's counts, if one is attached.
+    /// The fault detector's counts, if one is attached: by outcome, and originals apart from
+    /// retries.
     pub fn stats(&self) -> Option<Stats> {
         self.guard
             .as_ref()?
@@ -173,6 +227,16 @@ impl RateLimiter {
         &self.clock
     }
 
+    /// The retry budget attached, if any.
+    pub fn retry_budget(&self) -> Option<RetryBudget> {
+        self.guard.as_ref()?.retry_budget()
+    }
+
+    /// The priority classes attached, if any.
+    pub fn priorities(&self) -> Option<&Priorities> {
+        self.guard.as_ref()?.priorities.as_ref()
+    }
+
     #[inline]
     fn now(&self) -> u64 {
         match &self.guard {
@@ -184,7 +248,7 @@ impl RateLimiter {
     #[inline]
     fn step(&self, now: u64, p: &Params, w: u64) -> Verdict {
         let a = Attempt { now, p, w };
-        cell::step_word(&self.tat.0, a, DenyReason::Quota, || self.now())
+        cell::step_word(&self.tat.0, a, p.tau, DenyReason::Quota, || self.now())
     }
 
     /// With a detector or watchdog attached: enforcing inline, passing through out of line.
@@ -195,7 +259,7 @@ impl RateLimiter {
             None => self.step(now, p, w),
             Some(reason) => self.step_passing(g, now, p, w, reason),
         };
-        g.observe(&v, None);
+        g.observe(&v, None, false, || now);
         v
     }
 
@@ -226,8 +290,7 @@ impl fmt::Debug for RateLimiter {
 pub struct RateLimiterBuilder {
     quota: Quota,
     clock: Clock,
-    detector: Option<FaultDetector>,
-    watchdog: Option<Watchdog>,
+    attached: Attached,
 }
 
 impl RateLimiterBuilder {
@@ -241,14 +304,28 @@ impl RateLimiterBuilder {
     /// Attaches a fault detector: deny anomalies turn into pass-throughs, and every check is
     /// counted ([`FaultDetector::stats`]). One detector per limiter.
     pub fn detector(mut self, detector: FaultDetector) -> Self {
-        self.detector = Some(detector);
+        self.attached.detector = Some(detector);
         self
     }
 
     /// Attaches a clock watchdog. The limiter then reads the watchdog's clocks (its fast
     /// clock, or its reference after a fault) instead of [`clock`](Self::clock).
     pub fn watchdog(mut self, watchdog: Watchdog) -> Self {
-        self.watchdog = Some(watchdog);
+        self.attached.watchdog = Some(watchdog);
+        self
+    }
+
+    /// Attaches priority classes: each class keeps a share of the burst for the classes
+    /// above it ([`Priorities`]). Choose the class with [`Check::class`].
+    pub fn priorities(mut self, priorities: Priorities) -> Self {
+        self.attached.priorities = Some(priorities);
+        self
+    }
+
+    /// Attaches a retry budget: retries ([`Check::attempt`] ≥ 1) may add only a share of the
+    /// originals ([`RetryBudget`]). One budget per limiter.
+    pub fn retry_budget(mut self, budget: RetryBudget) -> Self {
+        self.attached.budget = Some(budget);
         self
     }
 
@@ -259,7 +336,7 @@ impl RateLimiterBuilder {
             params: SharedParams::new(self.quota.params()),
             quota: Mutex::new(self.quota),
             clock: self.clock,
-            guard: Guard::boxed(self.detector, self.watchdog),
+            guard: Guard::boxed(self.attached),
         }
     }
 }

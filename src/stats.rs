@@ -47,6 +47,14 @@ pub struct Stats {
     pub passed_other: u64,
     /// Of the pass-throughs, those whose shadow verdict was a denial.
     pub shadow_denied: u64,
+    /// Denied: a retry over the limiter's [`RetryBudget`](crate::RetryBudget).
+    pub denied_retry_budget: u64,
+    /// Checks of original requests (attempt 0, including every plain `check`), whatever
+    /// their outcome: `total() − retries`.
+    pub original: u64,
+    /// Checks of retries ([`Check::attempt`](crate::Check::attempt) ≥ 1), whatever their
+    /// outcome.
+    pub retries: u64,
 }
 
 impl Stats {
@@ -61,6 +69,7 @@ impl Stats {
             + self.denied_key_table_full
             + self.denied_clock_overflow
             + self.denied_ceiling
+            + self.denied_retry_budget
     }
 
     /// All pass-throughs, whatever the reason.
@@ -69,7 +78,7 @@ impl Stats {
     }
 
     pub(crate) fn from_counts(c: &[u64; COUNTERS]) -> Self {
-        Self {
+        let mut s = Self {
             allowed: c[ALLOWED],
             denied_quota: c[DENIED_QUOTA],
             denied_key_table_full: c[DENIED_TABLE_FULL],
@@ -80,7 +89,13 @@ impl Stats {
             passed_forced: c[PASSED_FORCED],
             passed_other: c[PASSED_OTHER],
             shadow_denied: c[SHADOW_DENIED],
-        }
+            denied_retry_budget: c[DENIED_RETRY_BUDGET],
+            original: 0,
+            retries: c[RETRIES],
+        };
+        // Saturating: the counters are read one by one while checks go on.
+        s.original = s.total().saturating_sub(s.retries);
+        s
     }
 
     /// `self − earlier`, counter by counter (saturating).
@@ -105,6 +120,8 @@ impl Stats {
         c[PASSED_FORCED] = self.passed_forced;
         c[PASSED_OTHER] = self.passed_other;
         c[SHADOW_DENIED] = self.shadow_denied;
+        c[DENIED_RETRY_BUDGET] = self.denied_retry_budget;
+        c[RETRIES] = self.retries;
         c
     }
 }
@@ -119,7 +136,10 @@ pub(crate) const PASSED_CLOCK: usize = 6;
 pub(crate) const PASSED_FORCED: usize = 7;
 pub(crate) const PASSED_OTHER: usize = 8;
 pub(crate) const SHADOW_DENIED: usize = 9;
-pub(crate) const COUNTERS: usize = 10;
+pub(crate) const DENIED_RETRY_BUDGET: usize = 10;
+/// Retries checked, whatever the verdict (counted besides the verdict's own counter).
+pub(crate) const RETRIES: usize = 11;
+pub(crate) const COUNTERS: usize = 12;
 
 /// Stripes owned by one thread each: written with a plain load and store, no locked
 /// instruction.
@@ -176,6 +196,23 @@ impl Counters {
             }
         }
         due
+    }
+
+    /// Counts one more in counter `index` (no verdict, no tick): [`RETRIES`].
+    #[inline]
+    pub(crate) fn bump(&self, index: usize) {
+        let slot = LOCAL.with(|l| l.slot.get());
+        let slot = if slot == UNCLAIMED {
+            claim_slot()
+        } else {
+            slot
+        };
+        let counter = &self.stripes[slot].0[index];
+        if slot < OWNED {
+            bump_owned(counter);
+        } else {
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// The sums over all stripes.
@@ -265,6 +302,7 @@ fn classify(v: &Verdict) -> (usize, bool) {
                 DenyReason::KeyTableFull => DENIED_TABLE_FULL,
                 DenyReason::ClockOverflow => DENIED_OVERFLOW,
                 DenyReason::Ceiling => DENIED_CEILING,
+                DenyReason::RetryBudget => DENIED_RETRY_BUDGET,
                 _ => DENIED_QUOTA,
             },
             false,

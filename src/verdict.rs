@@ -142,6 +142,11 @@ pub enum DenyReason {
     /// The limiter is passing traffic through (it judged itself faulty), but this key went
     /// past the ceiling that still applies then (by default 10× its quota).
     Ceiling,
+    /// A retry ([`Check::attempt`](crate::Check::attempt) ≥ 1) over the limiter's
+    /// [`RetryBudget`](crate::RetryBudget). The retry-after is when the budget will have room
+    /// again if no further originals arrive (new originals may open it sooner); the quota was
+    /// not consulted.
+    RetryBudget,
 }
 
 /// A check the limiter let through without enforcing.

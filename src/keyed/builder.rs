@@ -11,8 +11,10 @@ use crate::cell::{Padded, SharedParams};
 use crate::clock::Clock;
 use crate::fault::FaultDetector;
 use crate::fingerprint::Fingerprinter;
-use crate::guard::Guard;
+use crate::guard::{Attached, Guard};
+use crate::priority::Priorities;
 use crate::quota::Quota;
+use crate::retry::RetryBudget;
 use crate::watchdog::Watchdog;
 
 /// Builds a [`KeyedRateLimiter`].
@@ -22,8 +24,7 @@ pub struct KeyedRateLimiterBuilder<K> {
     clock: Clock,
     max_keys: usize,
     overflow_quota: Option<Quota>,
-    detector: Option<FaultDetector>,
-    watchdog: Option<Watchdog>,
+    attached: Attached,
     _key: PhantomData<fn(&K)>,
 }
 
@@ -37,7 +38,9 @@ impl<K> fmt::Debug for KeyedRateLimiterBuilder<K> {
                 "overflow_quota",
                 &self.overflow_quota.map(|q| q.to_string()),
             )
-            .finish()
+            .field("priorities", &self.attached.priorities)
+            .field("retry_budget", &self.attached.budget)
+            .finish_non_exhaustive()
     }
 }
 
@@ -48,8 +51,7 @@ impl<K> KeyedRateLimiterBuilder<K> {
             clock: Clock::monotonic(),
             max_keys: DEFAULT_MAX_KEYS,
             overflow_quota: None,
-            detector: None,
-            watchdog: None,
+            attached: Attached::default(),
             _key: PhantomData,
         }
     }
@@ -78,14 +80,28 @@ impl<K> KeyedRateLimiterBuilder<K> {
     /// is counted ([`FaultDetector::stats`]). One detector per limiter.
     pub fn detector(mut self, detector: FaultDetector) -> Self {
         detector.attach_keyed();
-        self.detector = Some(detector);
+        self.attached.detector = Some(detector);
         self
     }
 
     /// Attaches a clock watchdog. The limiter then reads the watchdog's clocks (its fast
     /// clock, or its reference after a fault) instead of [`clock`](Self::clock).
     pub fn watchdog(mut self, watchdog: Watchdog) -> Self {
-        self.watchdog = Some(watchdog);
+        self.attached.watchdog = Some(watchdog);
+        self
+    }
+
+    /// Attaches priority classes, applied on every key's cell (and the overflow cell): each
+    /// class keeps a share of the burst for the classes above it ([`Priorities`]).
+    pub fn priorities(mut self, priorities: Priorities) -> Self {
+        self.attached.priorities = Some(priorities);
+        self
+    }
+
+    /// Attaches a retry budget shared by all keys ([`RetryBudget`]); per-key budgets are not
+    /// built yet.
+    pub fn retry_budget(mut self, budget: RetryBudget) -> Self {
+        self.attached.budget = Some(budget);
         self
     }
 
@@ -118,7 +134,7 @@ impl<K> KeyedRateLimiterBuilder<K> {
             quota: Mutex::new(self.quota),
             len: AtomicUsize::new(0),
             spilled: AtomicUsize::new(0),
-            guard: Guard::boxed(self.detector, self.watchdog),
+            guard: Guard::boxed(self.attached),
             slow: Mutex::new(Slow {
                 pass_min: u64::MAX,
                 ..Slow::default()

@@ -70,7 +70,7 @@ impl<K> KeyedRateLimiter<K> {
             None => self.step_key_enforcing(ask, p),
             Some(reason) => self.step_key_passing(ask, p, reason, g.ceiling(p, ask.w)),
         };
-        g.observe(&v, Some(ask.fp));
+        g.observe(&v, Some(ask.fp), ask.retry, || self.now());
         v
     }
 
@@ -115,9 +115,10 @@ impl<K> KeyedRateLimiter<K> {
                 let now = self.now();
                 let key = self.key_word(slot);
                 let ours = || key.load(Ordering::Acquire) == fp;
-                if let Some(v) = cell::step_atomic(
+                if let Some(v) = cell::step_within(
                     self.tat_word(slot),
                     Attempt { now, p, w },
+                    ask.reserve.tolerance(p.tau),
                     DenyReason::Quota,
                     ours,
                     || self.now(),
@@ -164,7 +165,8 @@ impl<K> KeyedRateLimiter<K> {
     /// The insert path: new keys, revivals, spilled keys and the overflow cell.
     #[cold]
     pub(super) fn step_slow(&self, ask: Ask, p: &Params) -> Verdict {
-        let Ask { fp, cost, w } = ask;
+        let Ask { fp, w, .. } = ask;
+        let tol = ask.reserve.tolerance(p.tau);
         let mut slow = self.slow.lock();
         // Read under the lock, so the instants of successive sweeps and placements never go
         // backwards: a slot's new TAT (`now + w`) then exceeds every TAT it held before it was
@@ -172,30 +174,30 @@ impl<K> KeyedRateLimiter<K> {
         let now = self.now().max(slow.last_now);
         slow.last_now = now;
         if let Some(tat) = slow.spill.get_mut(&fp) {
-            return step_plain(tat, now, p, w, DenyReason::Quota);
+            return step_plain(tat, now, p, w, tol);
         }
         if self.len() >= self.max_keys && now < slow.idle_not_before {
             // Full of keys none of which can be idle yet: nothing to sweep or revive.
             drop(slow);
-            return self.step_overflow(now, p, cost);
+            return self.step_overflow(now, p, ask);
         }
         if fp != 0 {
-            if let Some(v) = self.step_in_window(&mut slow, fp, now, p, w) {
+            if let Some(v) = self.step_in_window(&mut slow, now, p, ask) {
                 return v;
             }
         }
         if self.len() >= self.max_keys && self.sweep_some(&mut slow, now) && fp != 0 {
-            if let Some(v) = self.step_in_window(&mut slow, fp, now, p, w) {
+            if let Some(v) = self.step_in_window(&mut slow, now, p, ask) {
                 return v;
             }
         }
         if self.len() >= self.max_keys {
             drop(slow);
-            return self.step_overflow(now, p, cost);
+            return self.step_overflow(now, p, ask);
         }
         // The window has no room (rare), or fp is 0 (which marks empty slots): the key spills.
         let mut tat = 0;
-        let v = step_plain(&mut tat, now, p, w, DenyReason::Quota);
+        let v = step_plain(&mut tat, now, p, w, tol);
         if tat != 0 {
             slow.spill.insert(fp, tat);
             self.spilled.store(slow.spill.len(), Ordering::Relaxed);
@@ -209,14 +211,15 @@ impl<K> KeyedRateLimiter<K> {
     pub(super) fn step_in_window(
         &self,
         slow: &mut Slow,
-        fp: u64,
         now: u64,
         p: &Params,
-        w: u64,
+        ask: Ask,
     ) -> Option<Verdict> {
         if self.capacity == 0 {
             return None;
         }
+        let Ask { fp, w, .. } = ask;
+        let tol = ask.reserve.tolerance(p.tau);
         let home = self.home(fp);
         let mut free = None;
         let mut slot = home;
@@ -227,18 +230,13 @@ impl<K> KeyedRateLimiter<K> {
                 if tat.load(Ordering::Acquire) != TOMBSTONE {
                     // Placed by another thread since our lock-free look: step it as usual.
                     let ours = || true;
-                    return cell::step_atomic(
-                        tat,
-                        Attempt { now, p, w },
-                        DenyReason::Quota,
-                        ours,
-                        || now,
-                    );
+                    let a = Attempt { now, p, w };
+                    return cell::step_within(tat, a, tol, DenyReason::Quota, ours, || now);
                 }
                 if self.len() >= self.max_keys {
                     return None;
                 }
-                return Some(self.place(slow, slot, fp, false, now, p, w));
+                return Some(self.place(slow, slot, false, now, p, ask));
             }
             if key == 0 {
                 free = free.or(Some((slot, true)));
@@ -258,7 +256,7 @@ impl<K> KeyedRateLimiter<K> {
         if self.len() >= self.max_keys {
             return None;
         }
-        Some(self.place(slow, slot, fp, empty, now, p, w))
+        Some(self.place(slow, slot, empty, now, p, ask))
     }
 
     #[inline]
@@ -305,20 +303,19 @@ impl<K> KeyedRateLimiter<K> {
         }
     }
 
-    /// Places `fp` in `slot` (empty, or dead) with the TAT its first step leaves.
-    #[allow(clippy::too_many_arguments)]
+    /// Places the asking key in `slot` (empty, or dead) with the TAT its first step leaves.
     pub(super) fn place(
         &self,
         slow: &mut Slow,
         slot: usize,
-        fp: u64,
         empty: bool,
         now: u64,
         p: &Params,
-        w: u64,
+        ask: Ask,
     ) -> Verdict {
+        let Ask { fp, w, .. } = ask;
         let mut tat = 0;
-        let v = step_plain(&mut tat, now, p, w, DenyReason::Quota);
+        let v = step_plain(&mut tat, now, p, w, ask.reserve.tolerance(p.tau));
         if tat == 0 {
             return v; // An overflow denial: nothing to remember.
         }
@@ -389,32 +386,33 @@ impl<K> KeyedRateLimiter<K> {
     }
 
     /// New keys share the overflow cell when the table is full. A cost above the overflow
-    /// cell's own burst can never pass it: denied, with a retry-after of `u64::MAX` ns.
-    pub(super) fn step_overflow(&self, now: u64, p: &Params, cost: u64) -> Verdict {
+    /// cell's own burst (or its class's share of it) can never pass it: denied, with a
+    /// retry-after of `u64::MAX` ns.
+    pub(super) fn step_overflow(&self, now: u64, p: &Params, ask: Ask) -> Verdict {
         let op = self.overflow_params(p);
-        let Some(w) = op.weight(cost) else {
+        let tol = ask.reserve.tolerance(op.tau);
+        let Some(w) = op.weight(ask.cost).filter(|&w| w <= tol) else {
             return Verdict::Deny(Denied::new(u64::MAX, DenyReason::KeyTableFull));
         };
         let a = Attempt { now, p: &op, w };
-        cell::step_word(&self.overflow.tat.0, a, DenyReason::KeyTableFull, || {
-            self.now()
-        })
+        cell::step_word(
+            &self.overflow.tat.0,
+            a,
+            tol,
+            DenyReason::KeyTableFull,
+            || self.now(),
+        )
     }
 }
 
-/// One step on a TAT held under a lock.
-pub(super) fn step_plain(
-    tat: &mut u64,
-    now: u64,
-    p: &Params,
-    w: u64,
-    reason: DenyReason,
-) -> Verdict {
+/// One step on a TAT held under a lock, for a class of tolerance `tol ≤ τ` (the clamp uses
+/// the full τ, as in [`cell::step_within`]).
+pub(super) fn step_plain(tat: &mut u64, now: u64, p: &Params, w: u64, tol: u64) -> Verdict {
     let clamped = gcra::clamp(*tat, now, p.tau);
-    let outcome = gcra::step(clamped, now, w, p.tau);
+    let outcome = gcra::step(clamped, now, w, tol);
     *tat = match outcome {
         Outcome::Allow { tat, .. } => tat,
         _ => clamped,
     };
-    cell::verdict(outcome, p, reason)
+    cell::verdict(outcome, &p.within(tol), DenyReason::Quota)
 }
