@@ -417,7 +417,12 @@ impl Eval {
 fn direct_measure(s: &Stats, secs: f64) -> (f64, f64, u64) {
     // Saturating: the counters are read one by one while checks go on, so a snapshot can hold
     // a pass-through without its shadow-denied count, or the other way round.
-    let checks = s.total().saturating_sub(s.denied_key_table_full);
+    // The overflow cell and the retry budget are left out: neither says anything about the
+    // limiter's own judgement of conforming traffic.
+    let checks = s
+        .total()
+        .saturating_sub(s.denied_key_table_full)
+        .saturating_sub(s.denied_retry_budget);
     let denied = s.denied_quota + s.denied_clock_overflow + s.denied_ceiling + s.shadow_denied;
     let allowed = (s.allowed + s.passed()).saturating_sub(s.shadow_denied);
     let ratio = if checks == 0 {
