@@ -5,6 +5,8 @@
 //! cargo bench --bench direct                       # everything (~2 min)
 //! cargo bench --bench direct -- denied             # one case (substring filter)
 //! TOLLGATE_BENCH_QUICK=1 cargo bench --bench direct
+//! TOLLGATE_BENCH_PAIRED_ONLY=1 cargo bench --bench direct -- priority   # priority classes
+//! TOLLGATE_BENCH_PAIRED_ONLY=1 cargo bench --bench direct -- retry      # retry budget
 //! ```
 
 #[allow(dead_code)] // The keyed floor is used by benches/keyed.rs.
@@ -22,7 +24,7 @@ use std::time::Duration;
 use governor::{Quota as GQuota, RateLimiter as GovernorLimiter};
 use harness::{arm, ratio, sink, timed, timed_threads, Case, Report, Settings, Target};
 use load::Load;
-use tollgate::{FaultDetector, Quota, RateLimiter};
+use tollgate::{Check, FaultDetector, Priorities, Quota, RateLimiter, RetryBudget};
 
 use floor::Floor;
 
@@ -340,6 +342,136 @@ fn detector_two_threads_denied(s: &Settings, c: &mut criterion::Criterion, repor
     detector_note(report, name, &detector);
 }
 
+/// The arms of the priority-class case.
+const PRIORITY_ARMS: &[&str] = &["tollgate-class1", "tollgate-class0", "tollgate", "floor"];
+
+/// The classes of issue 5's example: class 1 keeps 20 % of the burst for class 0, class 2
+/// keeps 50 %.
+fn priorities() -> Priorities {
+    Priorities::new([(0, 0.0), (1, 0.2), (2, 0.5)]).expect("valid priorities")
+}
+
+/// `check_with` of one unit in priority class 1 (and class 0) on a limiter with
+/// [`priorities`] attached, against the bare `check_with(Check::cost(1))` on a limiter
+/// without them, and the floor's `check_n(1)`. 10^9/s, burst 10^9: every check is allowed
+/// (class 1 may fill 80 % of a 1 s burst; each check moves the TAT 1 ns). The `Check` goes
+/// through `black_box` in every arm (and the floor's cost too), so no arm folds the cost or
+/// the class into its code: they are per-request values.
+fn priority_class(s: &Settings, c: &mut criterion::Criterion, report: &mut Report) {
+    let name = "direct/priority-class";
+    if !s.wants(name, PRIORITY_ARMS) {
+        return;
+    }
+    let q = Quota::per_second(nz(HUGE));
+    let prio = RateLimiter::builder(q).priorities(priorities()).build();
+    let tg = RateLimiter::new(q);
+    let fl = Floor::new(HUGE.into(), NS_PER_S, HUGE.into());
+    let (c1, c0, bare) = (
+        Check::cost(1).class(1),
+        Check::cost(1).class(0),
+        Check::cost(1),
+    );
+    let ok = |v: Result<tollgate::Verdict, _>| v.expect("within capacity").is_permitted();
+    assert!(ok(prio.check_with(c1)) && ok(prio.check_with(c0)) && ok(tg.check_with(bare)));
+    assert!(fl.check_n(1).is_ok());
+    report.run(
+        s,
+        c,
+        Case {
+            name: name.into(),
+            iters: s.iters(500_000),
+            arms: vec![
+                arm(PRIORITY_ARMS[0], |n| {
+                    timed(n, || sink(prio.check_with(black_box(c1))))
+                }),
+                arm(PRIORITY_ARMS[1], |n| {
+                    timed(n, || sink(prio.check_with(black_box(c0))))
+                }),
+                arm(PRIORITY_ARMS[2], |n| {
+                    timed(n, || sink(tg.check_with(black_box(bare))))
+                }),
+                arm(PRIORITY_ARMS[3], |n| {
+                    timed(n, || sink(fl.check_n(black_box(1))))
+                }),
+            ],
+            ratios: vec![
+                ratio(PRIORITY_ARMS[0], PRIORITY_ARMS[2], None),
+                ratio(PRIORITY_ARMS[0], PRIORITY_ARMS[3], None),
+                ratio(PRIORITY_ARMS[1], PRIORITY_ARMS[2], None),
+                ratio(PRIORITY_ARMS[2], PRIORITY_ARMS[3], None),
+            ],
+            criterion: true,
+        },
+    );
+    // Still allowed in class 1 after the run: no arm was measuring denials.
+    assert!(ok(prio.check_with(c1)), "class 1 was denied during the run");
+}
+
+/// The arms of the retry-budget case.
+const RETRY_ARMS: &[&str] = &[
+    "tollgate-budget-original",
+    "tollgate-budget-retry",
+    "tollgate",
+    "floor",
+];
+
+/// `check_with` of one unit on a limiter with a [`RetryBudget`] attached: originals
+/// (`attempt(0)`: the budget's deposit, one CAS on a sub-bucket counter) and retries
+/// (`attempt(1)`: the peek over the 10 sub-buckets, the quota step, the debit), against the
+/// bare `check_with(Check::cost(1))` on a limiter without a budget, and the floor's
+/// `check_n(1)`. Both budget arms check the one limiter. The budget is `RetryBudget::new()`
+/// (10 % over 10 s) with its floor raised to `u32::MAX` retries per second so that no retry
+/// in the run is over budget (4.3·10^10 per 10 s, against < 10^9 checks in 10 s here): the
+/// peek does the same loads and arithmetic whatever the ratio and floor, so this measures
+/// a retry within budget, not a denial. Quota 10^9/s, burst 10^9: every check is allowed.
+fn retry_budget(s: &Settings, c: &mut criterion::Criterion, report: &mut Report) {
+    let name = "direct/retry-budget";
+    if !s.wants(name, RETRY_ARMS) {
+        return;
+    }
+    let q = Quota::per_second(nz(HUGE));
+    let budget = RetryBudget::new().with_floor(u32::MAX);
+    let lim = RateLimiter::builder(q).retry_budget(budget).build();
+    let tg = RateLimiter::new(q);
+    let fl = Floor::new(HUGE.into(), NS_PER_S, HUGE.into());
+    let (original, retry, bare) = (Check::cost(1), Check::cost(1).attempt(1), Check::cost(1));
+    let ok = |v: Result<tollgate::Verdict, _>| v.expect("within capacity").is_permitted();
+    assert!(ok(lim.check_with(original)) && ok(lim.check_with(retry)));
+    assert!(ok(tg.check_with(bare)) && fl.check_n(1).is_ok());
+    report.run(
+        s,
+        c,
+        Case {
+            name: name.into(),
+            iters: s.iters(500_000),
+            arms: vec![
+                arm(RETRY_ARMS[0], |n| {
+                    timed(n, || sink(lim.check_with(black_box(original))))
+                }),
+                arm(RETRY_ARMS[1], |n| {
+                    timed(n, || sink(lim.check_with(black_box(retry))))
+                }),
+                arm(RETRY_ARMS[2], |n| {
+                    timed(n, || sink(tg.check_with(black_box(bare))))
+                }),
+                arm(RETRY_ARMS[3], |n| {
+                    timed(n, || sink(fl.check_n(black_box(1))))
+                }),
+            ],
+            ratios: vec![
+                ratio(RETRY_ARMS[0], RETRY_ARMS[2], None),
+                ratio(RETRY_ARMS[1], RETRY_ARMS[2], None),
+                ratio(RETRY_ARMS[0], RETRY_ARMS[3], None),
+                ratio(RETRY_ARMS[1], RETRY_ARMS[3], None),
+                ratio(RETRY_ARMS[2], RETRY_ARMS[3], None),
+            ],
+            criterion: true,
+        },
+    );
+    // Still within budget after the run: no arm was measuring budget denials.
+    assert!(ok(lim.check_with(retry)), "a retry was over budget");
+}
+
 fn main() {
     let s = Settings::from_env_and_args();
     let mut c = s.criterion();
@@ -348,7 +480,9 @@ fn main() {
     report.note(
         "Quotas: allowed and check_n5 use 10^9/s with burst 10^9 (T = 1 ns: every check is \
          allowed); denied uses 1/h with burst 1, used up before timing (every check is \
-         denied; neither tollgate nor the floor writes on a denial).",
+         denied; neither tollgate nor the floor writes on a denial). priority-class and \
+         retry-budget use 10^9/s (every check allowed) and `check_with(black_box(Check))`; \
+         their floor is `check_n(black_box(1))`.",
     );
     allowed(&s, &mut c, &mut report);
     denied(&s, &mut c, &mut report);
@@ -358,6 +492,8 @@ fn main() {
     detector_single(&s, &mut c, &mut report, false);
     detector_two_threads(&s, &mut c, &mut report);
     detector_two_threads_denied(&s, &mut c, &mut report);
+    priority_class(&s, &mut c, &mut report);
+    retry_budget(&s, &mut c, &mut report);
     c.final_summary();
     println!("{}", report.render("direct", &load));
 }

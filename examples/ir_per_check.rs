@@ -21,7 +21,10 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use governor::{Quota as GQuota, RateLimiter as GovernorLimiter};
-use tollgate::{FaultDetector, KeyedRateLimiter, ManualClock, Quota, RateLimiter};
+use tollgate::{
+    Check, FaultDetector, KeyedRateLimiter, ManualClock, Priorities, Quota, RateLimiter,
+    RetryBudget,
+};
 
 use floor::{Floor, KeyedFloor};
 
@@ -33,6 +36,11 @@ const CASES: &[&str] = &[
     "tollgate-detector-direct-allowed",
     "tollgate-detector-direct-denied",
     "tollgate-detector-keyed-10k",
+    "tollgate-direct-check-with",
+    "tollgate-priority-direct-class1",
+    "tollgate-priority-direct-class0",
+    "tollgate-budget-direct-original",
+    "tollgate-budget-direct-retry",
     "governor-direct-allowed",
     "governor-direct-denied",
     "governor-direct-check-n5",
@@ -40,6 +48,7 @@ const CASES: &[&str] = &[
     "floor-direct-allowed",
     "floor-direct-denied",
     "floor-direct-check-n5",
+    "floor-direct-check-n1",
     "floor-keyed-10k",
     "loop-overhead",
 ];
@@ -128,6 +137,35 @@ fn run(case: &str, n: u64) -> bool {
             }
             measured(n, |k| lim.check_key(&k));
         }
+        "tollgate-direct-check-with" => {
+            // As benches/direct.rs (priority-class, retry-budget): the bare `check_with` on a
+            // limiter with nothing attached, the `Check` through `black_box`.
+            let lim = RateLimiter::new(Quota::per_second(nz(HUGE)));
+            warm(|_| lim.check_with(black_box(Check::cost(1))));
+            measured(n, |_| lim.check_with(black_box(Check::cost(1))));
+        }
+        "tollgate-priority-direct-class1" | "tollgate-priority-direct-class0" => {
+            // As benches/direct.rs: classes 0 / 1 / 2 reserving 0 / 20 / 50 % of the burst.
+            let class = if case.ends_with("class1") { 1 } else { 0 };
+            let classes = Priorities::new([(0, 0.0), (1, 0.2), (2, 0.5)]).expect("valid");
+            let lim = RateLimiter::builder(Quota::per_second(nz(HUGE)))
+                .priorities(classes)
+                .build();
+            let check = Check::cost(1).class(class);
+            warm(|_| lim.check_with(black_box(check)));
+            measured(n, |_| lim.check_with(black_box(check)));
+        }
+        "tollgate-budget-direct-original" | "tollgate-budget-direct-retry" => {
+            // As benches/direct.rs: the default budget with its floor raised so that every
+            // retry is within it.
+            let attempt = u32::from(case.ends_with("retry"));
+            let lim = RateLimiter::builder(Quota::per_second(nz(HUGE)))
+                .retry_budget(RetryBudget::new().with_floor(u32::MAX))
+                .build();
+            let check = Check::cost(1).attempt(attempt);
+            warm(|_| lim.check_with(black_box(check)));
+            measured(n, |_| lim.check_with(black_box(check)));
+        }
         "governor-direct-allowed" | "governor-direct-check-n5" => {
             let lim = GovernorLimiter::direct(GQuota::per_second(nz(HUGE)));
             warm(|_| lim.check());
@@ -155,6 +193,11 @@ fn run(case: &str, n: u64) -> bool {
             } else {
                 measured(n, |_| lim.check());
             }
+        }
+        "floor-direct-check-n1" => {
+            let lim = Floor::new(HUGE.into(), NS_PER_S, HUGE.into());
+            warm(|_| lim.check_n(black_box(1)));
+            measured(n, |_| lim.check_n(black_box(1)));
         }
         "floor-direct-denied" => {
             let lim = Floor::new(1, NS_PER_H, 1);
