@@ -13,6 +13,8 @@
 //! quota = "100/s"                      # the unit is required
 //! burst = 250                          # optional
 //! shadow = false                       # optional: evaluate and count, never deny
+//! classes = [{ class = 0, reserve = 0.0 }, { class = 2, reserve = 0.5 }]  # optional
+//! retry_budget = { ratio = 0.1, period = "10s", floor = "10/s" }           # optional
 //!
 //! [[acknowledge]]                      # a tightening beyond the guard, on purpose
 //! policy = "paid-checkout"
@@ -32,6 +34,7 @@ use crate::error::{ConfigError, ConfigErrorKind, Quoted};
 
 mod change;
 mod diff;
+mod duration;
 mod errors;
 mod fields;
 mod format;
@@ -70,11 +73,38 @@ pub const DEFAULT_GUARD: f64 = 10.0;
 /// burst = 250                          # optional; an integer, or a size such as "64MiB"
 /// shadow = false                       # optional: evaluate and count, never deny
 ///
+/// [[policies]]                         # a byte budget with priority classes and retries
+/// name = "replication"
+/// match = { route = "/replicate/*" }
+/// quota = "2Gbit/s"                    # a byte rate: checks cost bytes
+/// burst = "64MiB"                      # a byte budget's burst is a size with its unit
+/// classes = [{ class = 0, reserve = 0.0 }, { class = 2, reserve = 0.5 }]  # optional
+/// retry_budget = { ratio = 0.1, period = "10s", floor = "10/s" }           # optional
+///
 /// [[acknowledge]]                      # optional: a tightening beyond the guard, on purpose
 /// policy = "paid-checkout"
 /// from = "1000/s"
 /// to = "100/s"
 /// ```
+///
+/// **Priority classes** (`classes`, see [`Priorities`](crate::Priorities)): a list of
+/// `{ class, reserve }`, the class an integer from 0 (most critical) to 255 and the reserve
+/// the share of the burst it leaves to more critical classes, a number in `[0, 1)`. Class 0
+/// is implied with no reserve when not listed; an unlisted class gets the reserve of the
+/// least critical listed one. A class listed twice, a less critical class reserving less
+/// than a more critical one, and a reserve that leaves a class less than one request (or
+/// byte) of the burst are errors. An empty list means no classes.
+///
+/// **Retry budget** (`retry_budget`, see [`RetryBudget`](crate::RetryBudget)): a table of
+/// `ratio` (retries allowed per original, a number from 0 to 1000; default 0.1), `period`
+/// (a duration with its unit — `ms`, `s`, `min`, `h`, `d` — from `"1s"` to `"1d"`; default
+/// `"10s"`) and `floor` (retries always allowed, a request rate that is a whole number per
+/// second such as `"10/s"` or `"600/min"`, `"0/s"` for none; default `"10/s"`), each
+/// optional. As with quotas, a bare number where a unit belongs is an error with a hint:
+/// `period = 10` gives `missing unit in "10": write "10s" or "10min"`.
+///
+/// **Byte budgets** are quotas with a work unit (`"2Gbit/s"`, `"256MiB/s"`); their `burst`
+/// is a size with its own unit (`"64MiB"`), and a unitless byte burst is an error.
 ///
 /// Names (of policies, tiers and categories) start with an ASCII letter and have at most 64
 /// letters, digits, `-`, `_` or `.`. A route starts with `/`, is printable ASCII without
@@ -244,13 +274,15 @@ impl Limits {
     }
 
     /// Writes the document in `format`: `schema = 1`, the revision, the declared lists, the
-    /// policies (each burst folded into its canonical quota string, `shadow` only when true)
-    /// and the acknowledgements. Loading the text gives back an equal `Limits`.
+    /// policies (each burst folded into its canonical quota string, `shadow` only when true,
+    /// `classes` with class 0 listed, `retry_budget` with all three fields) and the
+    /// acknowledgements. Loading the text gives back an equal `Limits`.
     ///
     /// # Panics
     ///
-    /// Never: a validated document holds only strings, booleans and integers that every
-    /// format can write (the revision is at most `i64::MAX` for this reason).
+    /// Never: a validated document holds only strings, booleans, integers and finite
+    /// floats that every format can write (the revision is at most `i64::MAX` for this
+    /// reason).
     ///
     /// ```
     /// use tollgate::{Format, Limits};

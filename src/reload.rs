@@ -122,7 +122,17 @@ impl Decision {
 /// * changed policies (same name) keep their limiter and every key's TAT; the new quota is
 ///   set with [`set_quota`](crate::KeyedRateLimiter::set_quota), whose clamp means no
 ///   lockout and no free burst (a full bucket stays full; time is carried over, not tokens);
+/// * **state is kept only for quota, burst and matcher changes**: a policy whose priority
+///   `classes` or `retry_budget` change gets a new limiter (a limiter's classes and budget
+///   are fixed when it is built), so every key of that policy starts with a full burst and
+///   the budget's window starts empty — ship such a change when a burst per key is
+///   acceptable, or together with a quota change you can afford. The same holds for a
+///   shadow flag that flips while a detector is attached;
 /// * removed policies are dropped; added ones start fresh.
+///
+/// Each policy's limiter gets the policy's [`classes`](crate::Policy::classes) (choose one
+/// per check with [`Check::class`]) and [`retry_budget`](crate::Policy::retry_budget)
+/// (retries are checks with [`Check::attempt`] ≥ 1), shared by all the policy's keys.
 ///
 /// # Fault detector and known-good revisions
 ///

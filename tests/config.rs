@@ -200,11 +200,11 @@ fn unknown_fields_everywhere_with_did_you_mean() {
             policy("a", "tier = \"free\"", "1/s")
         ))),
         Kind::UnknownField,
-        "policies[a].colour: unknown field; the fields here are name, match, quota, burst, shadow",
+        "policies[a].colour: unknown field; the fields here are name, match, quota, burst, shadow, classes, retry_budget",
     );
     assert_eq!(
         err.hint(),
-        Some("the fields here are name, match, quota, burst, shadow")
+        Some("the fields here are name, match, quota, burst, shadow, classes, retry_budget")
     );
 }
 
@@ -813,4 +813,353 @@ fn deep_nesting_is_an_error_not_a_crash() {
         errors(tagged)[0].to_string(),
         "schema: expected the integer 1, found a tagged value; write `schema = 1`"
     );
+}
+
+// ---- incident 003: priority classes, retry budgets, byte budgets --------------------------
+
+/// A one-policy document: a route policy with `quota` and the extra lines.
+fn link(quota: &str, extra: &str) -> String {
+    doc(&format!(
+        "[[policies]]\nname = \"link\"\nmatch = {{ route = \"/replicate/*\" }}\nquota = \"{quota}\"\n{extra}\n"
+    ))
+}
+
+#[test]
+fn incident_003_classes_retry_budgets_and_byte_budgets_load() {
+    let limits = sample("shared-link.toml").unwrap();
+    let replication = limits.policy("replication").unwrap();
+    assert_eq!(replication.quota(), "2Gbit/s;burst=64MiB".parse().unwrap());
+    assert_eq!(replication.quota().burst(), 64 << 20);
+    let classes = replication.classes().unwrap();
+    assert_eq!(classes.classes().collect::<Vec<_>>(), [(0, 0.0), (2, 0.5)]);
+    assert!(replication.retry_budget().is_none());
+
+    let writes = limits.policy("writes").unwrap();
+    let budget = writes.retry_budget().unwrap();
+    assert_eq!(budget, tollgate::RetryBudget::new()); // the defaults, written out
+    assert!(writes.classes().is_none());
+
+    let uploads = limits.policy("uploads").unwrap();
+    assert_eq!(uploads.classes().unwrap().reserve(1), 0.2);
+    let budget = uploads.retry_budget().unwrap();
+    assert_eq!(
+        (budget.ratio(), budget.period(), budget.floor()),
+        (0.05, std::time::Duration::from_secs(60), 1)
+    );
+
+    // Every field of a retry budget is optional; the table form of a byte quota works too.
+    let l = load_toml(&link(
+        "2Gbit/s",
+        "burst = \"64MiB\"\nretry_budget = { period = \"1500ms\" }\nclasses = []",
+    ));
+    let p = l.policy("link").unwrap();
+    assert_eq!(
+        p.retry_budget(),
+        Some(tollgate::RetryBudget::new().with_period(std::time::Duration::from_millis(1500)))
+    );
+    assert!(p.classes().is_none(), "an empty list is no classes");
+    let l = load_toml(&link(
+        "600/min",
+        "retry_budget = { ratio = 1, floor = \"600/min\" }",
+    ));
+    let b = l.policy("link").unwrap().retry_budget().unwrap();
+    assert_eq!((b.ratio(), b.floor()), (1.0, 10));
+    let l = load_toml(&link("10/s", "retry_budget = { floor = \"0/s\" }"));
+    assert_eq!(l.policy("link").unwrap().retry_budget().unwrap().floor(), 0);
+}
+
+#[test]
+fn incident_003_fields_round_trip_in_every_format() {
+    let limits = sample("shared-link.toml").unwrap();
+    let toml = limits.to_toml();
+    assert!(
+        toml.contains("[policies.retry_budget]\nratio = 0.1\nperiod = \"10s\"\nfloor = \"10/s\"")
+    );
+    assert!(toml.contains("[[policies.classes]]\nclass = 2\nreserve = 0.5"));
+    assert_eq!(Limits::from_toml(&toml).unwrap(), limits);
+    assert_eq!(Limits::from_yaml(&limits.to_yaml()).unwrap(), limits);
+    assert_eq!(Limits::from_json(&limits.to_json()).unwrap(), limits);
+    // Awkward values keep their meaning.
+    let odd = load_toml(&link(
+        "10/s",
+        "classes = [{ class = 7, reserve = 0.333333 }, { class = 3, reserve = 0 }]\n\
+         retry_budget = { ratio = 0.125, period = \"90s\", floor = \"7200/h\" }",
+    ));
+    let text = odd.to_yaml();
+    assert!(
+        text.contains("period: 90s") && text.contains("floor: 2/s"),
+        "{text}"
+    );
+    assert_eq!(Limits::from_yaml(&text).unwrap(), odd);
+    assert_eq!(Limits::from_toml(&odd.to_toml()).unwrap(), odd);
+    assert_eq!(Limits::from_json(&odd.to_json()).unwrap(), odd);
+}
+
+#[test]
+fn incident_003_diff_reports_classes_and_retry_budget_changes() {
+    let old = load_toml(&link("10/s", ""));
+    let new = load_toml(&link(
+        "10/s",
+        "classes = [{ class = 2, reserve = 0.5 }]\nretry_budget = {}",
+    ))
+    .to_toml()
+    .replace("revision = 1", "revision = 2");
+    let new = load_toml(&new);
+    let diff = Limits::diff(&old, &new);
+    let change = &diff.changed()[0];
+    assert!(change.quota.is_none());
+    let classes = change.classes.as_ref().unwrap();
+    assert_eq!(
+        (classes.from.as_str(), classes.to.as_str()),
+        ("none", "0 (reserve 0), 2 (reserve 0.5)")
+    );
+    assert_eq!(
+        change.retry_budget.as_ref().unwrap().to,
+        "ratio 0.1 over 10s, floor 10/s"
+    );
+    let text = diff.to_string();
+    assert!(
+        text.contains("classes none → 0 (reserve 0), 2 (reserve 0.5)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("retry_budget none → ratio 0.1 over 10s, floor 10/s"),
+        "{text}"
+    );
+    assert!(Limits::check_transition(&old, &new, DEFAULT_GUARD).is_ok());
+    let json = serde_json::to_string(&diff).unwrap();
+    assert!(json.contains(r#""classes":{"from":"none","to":"0 (reserve 0), 2 (reserve 0.5)"}"#));
+}
+
+#[test]
+fn incident_003_reserve_outside_zero_one_is_an_error() {
+    for reserve in ["1.0", "1", "-0.1", "1.5"] {
+        let errs = errors(Limits::from_toml(&link(
+            "10/s",
+            &format!("classes = [{{ class = 1, reserve = {reserve} }}]"),
+        )));
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert_eq!(errs[0].kind(), Kind::InvalidValue);
+        assert_eq!(errs[0].path(), "policies[link].classes[0].reserve");
+        assert!(
+            errs[0].message().contains("is not in [0, 1)"),
+            "{}",
+            errs[0]
+        );
+        assert!(errs[0].hint().unwrap().contains("share of the burst"));
+    }
+    only(
+        Limits::from_toml(&link(
+            "10/s",
+            "classes = [{ class = 1, reserve = \"50%\" }]",
+        )),
+        Kind::WrongType,
+        "policies[link].classes[0].reserve: expected a number, found a string; a reserve is \
+         the share of the burst left to more critical classes, in [0, 1), such as 0.5",
+    );
+}
+
+#[test]
+fn incident_003_duplicate_class_is_an_error() {
+    only(
+        Limits::from_toml(&link(
+            "10/s",
+            "classes = [{ class = 2, reserve = 0.5 }, { class = 2, reserve = 0.6 }]",
+        )),
+        Kind::InvalidValue,
+        "policies[link].classes[1].class: class 2 is listed twice; list each class once",
+    );
+}
+
+#[test]
+fn incident_003_inverted_reserves_are_an_error() {
+    let errs = errors(sample("bad-retry-budget.toml"));
+    assert_eq!(errs.len(), 3, "{errs:?}");
+    assert_eq!(
+        errs[2].to_string(),
+        "policies[replication].classes[1].reserve: class 2 reserves less than the more \
+         critical class 1; a less critical class (a higher number) must reserve at least as \
+         much: raise class 2's reserve or lower class 1's"
+    );
+    // Listed out of order, the path still names the entry.
+    let errs = errors(Limits::from_toml(&link(
+        "10/s",
+        "classes = [{ class = 3, reserve = 0.1 }, { class = 0, reserve = 0.2 }]",
+    )));
+    assert_eq!(errs[0].path(), "policies[link].classes[0].reserve");
+}
+
+#[test]
+fn incident_003_class_number_and_entry_shape_are_checked() {
+    only(
+        Limits::from_toml(&link("10/s", "classes = [{ class = 256, reserve = 0.5 }]")),
+        Kind::InvalidValue,
+        "policies[link].classes[0].class: class 256 is not in 0..=255; a class is an integer \
+         from 0 (most critical) to 255",
+    );
+    let errs = errors(Limits::from_toml(&link(
+        "10/s",
+        "classes = [{ class = 1, reserv = 0.5 }]",
+    )));
+    assert_eq!(errs.len(), 2);
+    assert_eq!(
+        errs[0].to_string(),
+        "policies[link].classes[0].reserv: unknown field; did you mean \"reserve\"?"
+    );
+    assert_eq!(errs[1].kind(), Kind::MissingField);
+    assert_eq!(errs[1].path(), "policies[link].classes[0].reserve");
+    only(
+        Limits::from_toml(&link("10/s", "classes = { class = 1, reserve = 0.5 }")),
+        Kind::WrongType,
+        "policies[link].classes: expected a list of classes, found a table; write a list such \
+         as [{ class = 0, reserve = 0.0 }, { class = 2, reserve = 0.5 }]",
+    );
+}
+
+#[test]
+fn incident_003_a_reserve_that_leaves_a_class_nothing_is_an_error() {
+    only(
+        Limits::from_toml(&link(
+            "10/s;burst=1",
+            "classes = [{ class = 1, reserve = 0.5 }]",
+        )),
+        Kind::InvalidValue,
+        "policies[link].classes: class 1 can never send: a reserve of 0.5 leaves it less than \
+         one request of the burst of 1; lower the reserve, or raise the burst",
+    );
+    assert!(Limits::from_toml(&link(
+        "10/s;burst=2",
+        "classes = [{ class = 1, reserve = 0.5 }]"
+    ))
+    .is_ok());
+}
+
+#[test]
+fn incident_003_period_without_unit_fails_with_the_hint() {
+    only(
+        Limits::from_toml(&link("10/s", "retry_budget = { period = 10 }")),
+        Kind::InvalidValue,
+        r#"policies[link].retry_budget.period: missing unit in "10": write "10s" or "10min""#,
+    );
+    only(
+        Limits::from_yaml(
+            "schema: 1\nrevision: 1\npolicies:\n  - name: link\n    match: { route: /x }\n    quota: 10/s\n    retry_budget: { period: \"10\" }\n",
+        ),
+        Kind::InvalidValue,
+        r#"policies[link].retry_budget.period: missing unit in "10": write "10s" or "10min""#,
+    );
+    only(
+        Limits::from_json(
+            r#"{"schema":1,"revision":1,"policies":[{"name":"link","match":{"route":"/x"},"quota":"10/s","retry_budget":{"period":2.5}}]}"#,
+        ),
+        Kind::InvalidValue,
+        r#"policies[link].retry_budget.period: missing unit in "2.5"; a duration is a string with a unit, such as "10s" or "500ms""#,
+    );
+    only(
+        Limits::from_toml(&link("10/s", "retry_budget = { period = \"10m\" }")),
+        Kind::InvalidValue,
+        r#"policies[link].retry_budget.period: ambiguous unit "m" in "10m"; write "10min" or "10ms""#,
+    );
+    only(
+        Limits::from_toml(&link("10/s", "retry_budget = { period = \"10sec\" }")),
+        Kind::InvalidValue,
+        r#"policies[link].retry_budget.period: unknown unit "sec" in "10sec"; the units are ms, s, min, h and d"#,
+    );
+}
+
+#[test]
+fn incident_003_period_out_of_range_is_an_error() {
+    only(
+        Limits::from_toml(&link("10/s", "retry_budget = { period = \"500ms\" }")),
+        Kind::InvalidValue,
+        r#"policies[link].retry_budget.period: period 500ms is below 1s; a retry budget's period is at least "1s""#,
+    );
+    only(
+        Limits::from_toml(&link("10/s", "retry_budget = { period = \"2d\" }")),
+        Kind::InvalidValue,
+        r#"policies[link].retry_budget.period: period 172800s is above 1d; a retry budget's period is at most "1d""#,
+    );
+}
+
+#[test]
+fn incident_003_floor_is_a_request_rate_with_its_unit() {
+    only(
+        Limits::from_toml(&link("10/s", "retry_budget = { floor = 10 }")),
+        Kind::Quota(QuotaErrorKind::MissingUnit),
+        r#"policies[link].retry_budget.floor: missing unit in "10": write "10/s" or "10/min""#,
+    );
+    only(
+        Limits::from_toml(&link("10/s", "retry_budget = { floor = \"10MB/s\" }")),
+        Kind::InvalidValue,
+        r#"policies[link].retry_budget.floor: floor "10MB/s" is not a plain request rate; a floor counts retries, not bytes, and has no burst: write such as "10/s""#,
+    );
+    only(
+        Limits::from_toml(&link(
+            "10/s",
+            "retry_budget = { floor = \"10/s;burst=20\" }",
+        )),
+        Kind::InvalidValue,
+        r#"policies[link].retry_budget.floor: floor "10/s;burst=20" is not a plain request rate; a floor counts retries, not bytes, and has no burst: write such as "10/s""#,
+    );
+    only(
+        Limits::from_toml(&link("10/s", "retry_budget = { floor = \"1/min\" }")),
+        Kind::InvalidValue,
+        r#"policies[link].retry_budget.floor: floor "1/min" is not a whole number of retries per second; write it per second, such as "1/s""#,
+    );
+    only(
+        Limits::from_toml(&link("10/s", "retry_budget = { floor = \"0/m\" }")),
+        Kind::InvalidValue,
+        r#"policies[link].retry_budget.floor: invalid floor "0/m"; a floor is the retries always allowed, such as "10/s" ("0/s" for none)"#,
+    );
+}
+
+#[test]
+fn incident_003_ratio_and_retry_budget_shape_are_checked() {
+    only(
+        Limits::from_toml(&link("10/s", "retry_budget = { ratio = -0.1 }")),
+        Kind::InvalidValue,
+        "policies[link].retry_budget.ratio: ratio -0.1 is out of range; the ratio is the \
+         retries allowed per original, from 0 to 1000, such as 0.1 for 10 %",
+    );
+    only(
+        Limits::from_toml(&link("10/s", "retry_budget = { ratio = \"10%\" }")),
+        Kind::WrongType,
+        "policies[link].retry_budget.ratio: expected a number, found a string; the ratio is \
+         the retries allowed per original, from 0 to 1000, such as 0.1 for 10 %",
+    );
+    only(
+        Limits::from_toml(&link("10/s", "retry_budget = { ratoi = 0.1 }")),
+        Kind::UnknownField,
+        "policies[link].retry_budget.ratoi: unknown field; did you mean \"ratio\"?",
+    );
+    only(
+        Limits::from_toml(&link("10/s", "retry_budget = 0.1")),
+        Kind::WrongType,
+        "policies[link].retry_budget: expected a table, found a float; a table with the \
+         fields ratio, period, floor",
+    );
+    only(
+        Limits::from_toml(&link("10/s", "retry_buget = {}")),
+        Kind::UnknownField,
+        "policies[link].retry_buget: unknown field; did you mean \"retry_budget\"?",
+    );
+}
+
+#[test]
+fn incident_003_byte_budget_bursts_carry_their_unit() {
+    let l = load_toml(&link("2Gbit/s", "burst = \"64MiB\""));
+    assert_eq!(l.policy("link").unwrap().quota().burst(), 64 << 20);
+    let errs = errors(Limits::from_toml(&link("2Gbit/s", "burst = 64")));
+    assert_eq!(errs.len(), 1);
+    assert_eq!(errs[0].path(), "policies[link].burst");
+    assert!(matches!(errs[0].kind(), Kind::Quota(_)), "{}", errs[0]);
+    assert!(errs[0].hint().is_some());
+    let errs = errors(Limits::from_toml(&link("100/s", "burst = \"64MiB\"")));
+    assert_eq!(errs[0].path(), "policies[link].burst");
+    // A byte budget's burst may not be given twice either.
+    let errs = errors(Limits::from_toml(&link(
+        "2Gbit/s;burst=1MiB",
+        "burst = \"64MiB\"",
+    )));
+    assert_eq!(errs[0].kind(), Kind::Quota(QuotaErrorKind::DuplicateBurst));
 }

@@ -8,8 +8,8 @@ use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
 use tollgate::{
-    Check, ConfigErrorKind, FaultDetector, Limits, LimitsHandle, ManualClock, PassReason, Shadow,
-    Verdict,
+    Check, ConfigErrorKind, DenyReason, FaultDetector, Limits, LimitsHandle, ManualClock,
+    PassReason, Shadow, Verdict,
 };
 
 const ONE: Check = Check::cost(1);
@@ -310,4 +310,140 @@ fn detector_follows_revisions_and_pins_the_baseline_to_known_good() {
     h.reload(doc(3, "30/s", "")).unwrap();
     h.mark_known_good();
     assert_eq!(detector.baseline().revision(), 3);
+}
+
+// ---- incident 003: classes and retry budgets from the document -------------------------
+
+fn link_doc(revision: u64, quota: &str, extra: &str) -> Limits {
+    Limits::from_toml(&format!(
+        "schema = 1\nrevision = {revision}\n[[policies]]\nname = \"link\"\n\
+         match = {{ route = \"/link\" }}\nquota = \"{quota}\"\n{extra}\n"
+    ))
+    .expect("a valid test document")
+}
+
+fn link_check(h: &LimitsHandle, key: &str, check: Check) -> Verdict {
+    h.check("free", "api", "/link", key, check)
+        .expect("the cost fits")
+        .verdict()
+}
+
+#[test]
+fn policies_get_their_classes_and_retry_budget_and_changing_them_rebuilds() {
+    let clock = ManualClock::new();
+    let classes = "classes = [{ class = 2, reserve = 0.5 }]";
+    let no_retries = "retry_budget = { ratio = 0.0, floor = \"0/s\" }";
+    let h = handle(
+        link_doc(1, "10/s", &format!("{classes}\n{no_retries}")),
+        &clock,
+    );
+    let lim = h.limiter("link").unwrap();
+    assert_eq!(lim.priorities().unwrap().reserve(2), 0.5);
+    assert_eq!(lim.retry_budget().unwrap().floor(), 0);
+
+    // Classes: background traffic stops at half the burst, critical traffic finds the rest.
+    assert!(link_check(&h, "a", Check::cost(5).class(2)).is_permitted());
+    assert!(!link_check(&h, "a", Check::cost(1).class(2)).is_permitted());
+    assert!(link_check(&h, "a", Check::cost(5).class(0)).is_permitted());
+    let err = h
+        .check("free", "api", "/link", "b", Check::cost(6).class(2))
+        .unwrap_err();
+    assert_eq!(err.capacity(), 5);
+    // Retry budget: no ratio and no floor, so every retry is over it.
+    let v = link_check(&h, "b", Check::cost(1).attempt(1));
+    assert_eq!(
+        v.denied().map(|d| d.reason()),
+        Some(DenyReason::RetryBudget)
+    );
+
+    // A quota-only change keeps the limiter and the keys' state.
+    h.reload(link_doc(
+        2,
+        "10/s;burst=12",
+        &format!("{classes}\n{no_retries}"),
+    ))
+    .unwrap();
+    let kept = h.limiter("link").unwrap();
+    assert!(Arc::ptr_eq(&lim, &kept));
+    assert_eq!(kept.priorities(), lim.priorities());
+    // "a" used 10 of the old burst of 10: the raised burst grants 2 more, not a fresh 12.
+    assert!(link_check(&h, "a", Check::cost(2).class(0)).is_permitted());
+    assert!(!link_check(&h, "a", Check::cost(1).class(0)).is_permitted());
+
+    // Changed classes: a new limiter with the new classes (state starts fresh, as documented).
+    let diff = h
+        .reload(link_doc(
+            3,
+            "10/s;burst=12",
+            &format!("classes = [{{ class = 2, reserve = 0.75 }}]\n{no_retries}"),
+        ))
+        .unwrap();
+    assert_eq!(
+        diff.changed()[0].classes.as_ref().unwrap().to,
+        "0 (reserve 0), 2 (reserve 0.75)"
+    );
+    let rebuilt = h.limiter("link").unwrap();
+    assert!(!Arc::ptr_eq(&kept, &rebuilt));
+    assert_eq!(rebuilt.priorities().unwrap().reserve(2), 0.75);
+    assert_eq!(rebuilt.retry_budget(), kept.retry_budget());
+    assert!(link_check(&h, "a", Check::cost(3).class(2)).is_permitted());
+    assert!(!link_check(&h, "a", Check::cost(1).class(2)).is_permitted());
+
+    // A changed retry budget rebuilds too; removing it lets retries through on quota alone.
+    let diff = h.reload(link_doc(4, "10/s;burst=12", "")).unwrap();
+    let change = &diff.changed()[0];
+    assert_eq!(change.retry_budget.as_ref().unwrap().to, "none");
+    assert_eq!(change.classes.as_ref().unwrap().to, "none");
+    let plain = h.limiter("link").unwrap();
+    assert!(!Arc::ptr_eq(&rebuilt, &plain));
+    assert!(plain.priorities().is_none() && plain.retry_budget().is_none());
+    assert!(link_check(&h, "b", Check::cost(1).attempt(1)).is_permitted());
+
+    // And adding one back applies it at once.
+    h.reload(link_doc(5, "10/s;burst=12", no_retries)).unwrap();
+    let v = link_check(&h, "b", Check::cost(1).attempt(2));
+    assert_eq!(
+        v.denied().map(|d| d.reason()),
+        Some(DenyReason::RetryBudget)
+    );
+}
+
+#[test]
+fn byte_budget_policy_with_classes_keeps_heartbeats_flowing() {
+    let clock = ManualClock::new();
+    let h = handle(
+        Limits::from_path(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/examples/limits/shared-link.toml"
+        ))
+        .unwrap(),
+        &clock,
+    );
+    let route = "/replicate/node-7";
+    let chunk = Check::cost(64 << 10).class(2);
+    let beat = Check::cost(512).class(0);
+    let (mut beats, mut bytes) = (0, 0u64);
+    for _ms in 0..1_000 {
+        while h
+            .check("free", "writes", route, "node-7", chunk)
+            .unwrap()
+            .is_permitted()
+        {
+            bytes += 64 << 10;
+        }
+        beats += u32::from(
+            h.check("free", "writes", route, "node-7", beat)
+                .unwrap()
+                .is_permitted(),
+        );
+        clock.advance(Duration::from_millis(1));
+    }
+    assert_eq!(beats, 1_000, "heartbeats always find the reserve");
+    // 2 Gbit/s (250,000 bytes/ms) over the 999 ms between the first and the last check, plus
+    // half the 64 MiB burst, less the heartbeats' bytes, to within a chunk.
+    let expected = 999 * 250_000u64 + (32 << 20) - 512_000;
+    assert!(
+        bytes.abs_diff(expected) <= 64 << 10,
+        "{bytes} vs {expected}"
+    );
 }

@@ -6,7 +6,7 @@ use core::fmt;
 use serde::Serialize;
 
 use super::change::{Factor, QuotaChange};
-use super::model::{Matcher, Policy};
+use super::model::{describe_classes, describe_retry_budget, Matcher, Policy};
 use super::{moves, Limits};
 use crate::error::{ConfigError, ConfigErrorKind};
 use crate::Quota;
@@ -37,6 +37,14 @@ pub struct PolicyChange {
     /// The shadow flag change, if it changed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shadow: Option<Change<bool>>,
+    /// The priority classes, described (`0 (reserve 0), 2 (reserve 0.5)`, or `none`), if
+    /// they changed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub classes: Option<Change<String>>,
+    /// The retry budget, described (`ratio 0.1 over 10s, floor 10/s`, or `none`), if it
+    /// changed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_budget: Option<Change<String>>,
 }
 
 /// Requests that another policy handles after the change: from `from` to `to` (`None`: no
@@ -152,6 +160,14 @@ impl Diff {
                 shadow: (o.shadow != n.shadow).then_some(Change {
                     from: o.shadow,
                     to: n.shadow,
+                }),
+                classes: (o.classes != n.classes).then(|| Change {
+                    from: describe_classes(o.classes.as_ref()),
+                    to: describe_classes(n.classes.as_ref()),
+                }),
+                retry_budget: (o.retry_budget != n.retry_budget).then(|| Change {
+                    from: describe_retry_budget(o.retry_budget),
+                    to: describe_retry_budget(n.retry_budget),
                 }),
             })
             .collect();
@@ -303,7 +319,8 @@ impl Diff {
 }
 
 impl fmt::Display for Diff {
-    /// One line per change: `added`, `removed`, `changed` (quota, match, shadow), `moved`.
+    /// One line per change: `added`, `removed`, `changed` (quota, match, shadow, classes,
+    /// retry_budget), `moved`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "revision {} → {}", self.from_revision, self.to_revision)?;
         if self.is_empty() {
@@ -330,6 +347,20 @@ impl fmt::Display for Diff {
                 write!(
                     f,
                     "\n  changed  {:<20} shadow {} → {}",
+                    c.policy, s.from, s.to
+                )?;
+            }
+            if let Some(s) = &c.classes {
+                write!(
+                    f,
+                    "\n  changed  {:<20} classes {} → {}",
+                    c.policy, s.from, s.to
+                )?;
+            }
+            if let Some(s) = &c.retry_budget {
+                write!(
+                    f,
+                    "\n  changed  {:<20} retry_budget {} → {}",
                     c.policy, s.from, s.to
                 )?;
             }

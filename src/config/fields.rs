@@ -1,8 +1,8 @@
 //! The schema's field names, in one place, and the checks on names, routes and quotas that
 //! the validator applies to single values.
 //!
-//! The next schema additions (a policy's priority `classes` and `retry_budget`) go into
-//! [`POLICY_FIELDS`] and the validator's policy walk.
+//! A policy's priority `classes` and `retry_budget` (incident 003) are walked in
+//! `validate/traffic.rs`; their durations are read by `duration.rs`.
 
 use crate::error::{ConfigError, ConfigErrorKind as Kind, Quoted};
 use crate::{Quota, QuotaError, QuotaErrorKind};
@@ -17,7 +17,19 @@ pub(super) const DOCUMENT_FIELDS: &[&str] = &[
     "acknowledge",
 ];
 /// The fields of a policy.
-pub(super) const POLICY_FIELDS: &[&str] = &["name", "match", "quota", "burst", "shadow"];
+pub(super) const POLICY_FIELDS: &[&str] = &[
+    "name",
+    "match",
+    "quota",
+    "burst",
+    "shadow",
+    "classes",
+    "retry_budget",
+];
+/// The fields of one entry of a policy's `classes`.
+pub(super) const CLASS_FIELDS: &[&str] = &["class", "reserve"];
+/// The fields of a policy's `retry_budget`.
+pub(super) const RETRY_BUDGET_FIELDS: &[&str] = &["ratio", "period", "floor"];
 /// The fields of a policy's `match`.
 pub(super) const MATCH_FIELDS: &[&str] = &["tier", "category", "route"];
 /// The fields of an acknowledgement.

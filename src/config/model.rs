@@ -3,11 +3,14 @@
 
 use core::fmt;
 
-use serde::Serialize;
+use serde::ser::{SerializeSeq, SerializeStruct};
+use serde::{Serialize, Serializer};
 
-use crate::Quota;
+use super::duration::format_duration;
+use crate::{Priorities, Quota, RetryBudget};
 
-/// One named policy: which requests it matches, and the quota they get.
+/// One named policy: which requests it matches, the quota they get, and optionally the
+/// priority classes and the retry budget of its limiter.
 ///
 /// ```
 /// use tollgate::Limits;
@@ -38,6 +41,16 @@ pub struct Policy {
     pub(super) shadow: bool,
     #[serde(rename = "match")]
     pub(super) matcher: Matcher,
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "serialize_classes"
+    )]
+    pub(super) classes: Option<Priorities>,
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "serialize_retry_budget"
+    )]
+    pub(super) retry_budget: Option<RetryBudget>,
 }
 
 impl Policy {
@@ -83,6 +96,107 @@ impl Policy {
     /// ```
     pub fn shadow(&self) -> bool {
         self.shadow
+    }
+
+    /// The priority classes of the policy's limiter (`classes`), if the document gives
+    /// any; a check picks its class with [`Check::class`](crate::Check::class).
+    ///
+    /// ```
+    /// # let limits = tollgate::Limits::from_toml(r#"
+    /// # schema = 1
+    /// # revision = 1
+    /// # [[policies]]
+    /// # name = "link"
+    /// # match = { route = "/replicate/*" }
+    /// # quota = "2Gbit/s"
+    /// # burst = "64MiB"
+    /// classes = [{ class = 0, reserve = 0.0 }, { class = 2, reserve = 0.5 }]
+    /// # "#)?;
+    /// let classes = limits.policy("link").unwrap().classes().unwrap();
+    /// assert_eq!(classes.reserve(2), 0.5);
+    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// ```
+    pub fn classes(&self) -> Option<&Priorities> {
+        self.classes.as_ref()
+    }
+
+    /// The retry budget of the policy's limiter (`retry_budget`), if the document gives one.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # let limits = tollgate::Limits::from_toml(r#"
+    /// # schema = 1
+    /// # revision = 1
+    /// # [[policies]]
+    /// # name = "writes"
+    /// # match = { route = "/v1/writes/*" }
+    /// # quota = "100/s"
+    /// retry_budget = { ratio = 0.1, period = "10s", floor = "10/s" }
+    /// # "#)?;
+    /// let budget = limits.policy("writes").unwrap().retry_budget().unwrap();
+    /// assert_eq!((budget.ratio(), budget.period(), budget.floor()), (0.1, Duration::from_secs(10), 10));
+    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// ```
+    pub fn retry_budget(&self) -> Option<RetryBudget> {
+        self.retry_budget
+    }
+}
+
+/// `classes = [{ class = 0, reserve = 0.0 }, …]`, class 0 included.
+fn serialize_classes<S: Serializer>(classes: &Option<Priorities>, s: S) -> Result<S::Ok, S::Error> {
+    let Some(classes) = classes else {
+        return s.serialize_none();
+    };
+    let mut seq = s.serialize_seq(Some(classes.classes().count()))?;
+    for (class, reserve) in classes.classes() {
+        seq.serialize_element(&ClassEntry { class, reserve })?;
+    }
+    seq.end()
+}
+
+#[derive(Serialize)]
+struct ClassEntry {
+    class: u8,
+    reserve: f64,
+}
+
+/// `retry_budget = { ratio = 0.1, period = "10s", floor = "10/s" }`, every field written.
+fn serialize_retry_budget<S: Serializer>(
+    budget: &Option<RetryBudget>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    let Some(budget) = budget else {
+        return s.serialize_none();
+    };
+    let mut st = s.serialize_struct("RetryBudget", 3)?;
+    st.serialize_field("ratio", &budget.ratio())?;
+    st.serialize_field("period", &format_duration(budget.period()))?;
+    st.serialize_field("floor", &format!("{}/s", budget.floor()))?;
+    st.end()
+}
+
+/// The classes in a line, for diffs: `0 (reserve 0), 2 (reserve 0.5)`, or `none`.
+pub(super) fn describe_classes(classes: Option<&Priorities>) -> String {
+    match classes {
+        None => "none".to_owned(),
+        Some(c) => c
+            .classes()
+            .map(|(class, reserve)| format!("{class} (reserve {reserve})"))
+            .collect::<Vec<_>>()
+            .join(", "),
+    }
+}
+
+/// A retry budget in a line, for diffs: `ratio 0.1 over 10s, floor 10/s`, or `none`.
+pub(super) fn describe_retry_budget(budget: Option<RetryBudget>) -> String {
+    match budget {
+        None => "none".to_owned(),
+        Some(b) => format!(
+            "ratio {} over {}, floor {}/s",
+            b.ratio(),
+            format_duration(b.period()),
+            b.floor()
+        ),
     }
 }
 

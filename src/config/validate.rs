@@ -7,8 +7,9 @@ use super::parse::Node;
 use super::{ConfigErrors, Limits};
 
 mod policy;
+mod traffic;
 use crate::error::{ConfigError, ConfigErrorKind as Kind, Quoted};
-use crate::Quota;
+use crate::{Priorities, Quota, RetryBudget};
 
 /// Validates a whole document.
 pub(super) fn validate(root: &Node) -> Result<Limits, ConfigErrors> {
@@ -56,6 +57,8 @@ struct Draft {
     matcher: Option<Matcher>,
     quota: Option<Quota>,
     shadow: bool,
+    classes: Option<Priorities>,
+    retry_budget: Option<RetryBudget>,
 }
 
 /// The names a document declares; `None` when the list itself was unusable, so that the
@@ -170,6 +173,8 @@ impl Walk {
                     matcher: d.matcher?,
                     quota: d.quota?,
                     shadow: d.shadow,
+                    classes: d.classes,
+                    retry_budget: d.retry_budget,
                 })
             })
             .collect::<Option<Vec<_>>>()?;

@@ -25,12 +25,19 @@ pub(crate) struct Settings {
 }
 
 impl Settings {
-    /// A fresh limiter for `policy`. Shadow policies get no detector: their denials are never
-    /// served, so they must not count towards the deny breadth of the enforced ones.
+    /// A fresh limiter for `policy`, with the policy's priority classes and retry budget.
+    /// Shadow policies get no detector: their denials are never served, so they must not
+    /// count towards the deny breadth of the enforced ones.
     fn limiter(&self, policy: &Policy) -> Arc<KeyedRateLimiter<String>> {
         let mut b = KeyedRateLimiter::builder(policy.quota()).clock(self.clock.clone());
         if let Some(n) = self.max_keys {
             b = b.max_keys(n);
+        }
+        if let Some(classes) = policy.classes() {
+            b = b.priorities(classes.clone());
+        }
+        if let Some(budget) = policy.retry_budget() {
+            b = b.retry_budget(budget);
         }
         if let Some(d) = self.detector.as_ref().filter(|_| !policy.shadow()) {
             b = b.detector(d.clone());
@@ -70,17 +77,19 @@ impl Policies {
 
     /// The limiters for `next`: unchanged policies keep their limiter (the same `Arc`);
     /// changed ones keep it too, and the returned list says which quotas to set; removed
-    /// ones are dropped; added ones start fresh. A policy whose shadow flag flips while a
-    /// detector is attached starts fresh, because a limiter's detector is fixed when it is
-    /// built.
+    /// ones are dropped; added ones start fresh. A limiter's detector, priority classes and
+    /// retry budget are fixed when it is built, so a policy starts fresh (every key's state
+    /// reset) when its classes or retry budget change, or its shadow flag flips while a
+    /// detector is attached.
     pub(crate) fn successor(&self, next: Arc<Limits>, settings: &Settings) -> (Self, Vec<Requota>) {
         let mut requota = Vec::new();
         let mut by_name = HashMap::with_capacity(next.policies().len());
         for policy in next.policies() {
-            let kept = self
-                .by_name
-                .get(policy.name())
-                .filter(|old| old.shadow == policy.shadow() || settings.detector.is_none());
+            let kept = self.by_name.get(policy.name()).filter(|old| {
+                (old.shadow == policy.shadow() || settings.detector.is_none())
+                    && old.limiter.priorities() == policy.classes()
+                    && old.limiter.retry_budget() == policy.retry_budget()
+            });
             let entry = match kept {
                 Some(old) => {
                     if old.limiter.quota() != policy.quota() {

@@ -68,6 +68,8 @@ impl Walk {
             matcher: None,
             quota: None,
             shadow: false,
+            classes: None,
+            retry_budget: None,
         };
         let Some(table) = self.table(node, path, POLICY_FIELDS) else {
             return draft;
@@ -114,6 +116,15 @@ impl Walk {
                 let hint = "write `shadow = true` or `shadow = false`";
                 self.wrong_type(&join(path, "shadow"), "a boolean", other, hint);
             }
+        }
+        if let Some(node) = table.get("classes") {
+            draft.classes = self.classes(node, &join(path, "classes"));
+            if let (Some(quota), Some(classes)) = (draft.quota, &draft.classes) {
+                self.class_capacity(quota, classes, path);
+            }
+        }
+        if let Some(node) = table.get("retry_budget") {
+            draft.retry_budget = self.retry_budget(node, &join(path, "retry_budget"));
         }
         draft
     }
