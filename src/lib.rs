@@ -81,7 +81,7 @@
 //! through with [`PassReason::ClockFault`] for one window, then enforces on the reference
 //! clock. A [`SuccessRate`] tracks the customer's view per tier, counting 429s as failures.
 //!
-//! # Retries and priorities
+//! # Retries, priorities and bandwidth
 //!
 //! Incident 003 was a link shared by replica recovery and heartbeats, and clients that retried
 //! failed writes at once, ten times. Two things attach through the limiter's builder and are
@@ -95,6 +95,11 @@
 //!   originals over a sliding 10 s, plus 10 retries per second — as well as the quota; over it,
 //!   [`DenyReason::RetryBudget`]. A retry the quota denies costs no budget; originals are
 //!   never denied by it. [`Stats`] counts originals and retries apart.
+//! * [`Backoff`], for clients: exponential with full jitter, never a zero delay, bounded
+//!   attempts, and after a denial `retry_after` plus a jitter window of at least
+//!   `retry_after / 2`, so denied clients do not come back in lockstep.
+//! * Byte budgets (`"2Gbit/s;burst=64MiB"`) charge chunks by their size in bytes and change
+//!   live with `set_quota` — 8 Gbit/s to 2 Gbit/s without a restart and without a free burst.
 //!
 //! ```
 //! use tollgate::{Check, ManualClock, Priorities, RateLimiter, RetryBudget};
@@ -109,25 +114,6 @@
 //! assert!(link.check_with(Check::cost(512).attempt(1))?.is_permitted()); // the floor
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
-//!
-//! # Retries, priorities and bandwidth
-//!
-//! Incident 003 was retry storms nobody could tell apart from traffic, and recovery traffic
-//! starving heartbeats on a shared link. [`Check`] carries what tells them apart:
-//!
-//! * `Check::cost(1).attempt(a)` marks a retry (`a ≥ 1`). A [`RetryBudget`] attached through
-//!   the builder admits retries only up to a share of the originals (10 % over 10 s, plus 10
-//!   retries a second): it peeks the budget, runs the quota step, then debits the budget; a
-//!   retry past it is denied with [`DenyReason::RetryBudget`]. [`Stats`] counts originals and
-//!   retries apart.
-//! * Clients back off with [`Backoff`]: exponential with full jitter, never a zero delay,
-//!   bounded attempts, and after a denial `retry_after` plus a jitter window of at least
-//!   `retry_after / 2`, so denied clients do not come back in lockstep.
-//! * `Check::cost(n).class(c)` picks a priority class. [`Priorities`] reserve a share of the
-//!   burst for the classes above: a lower class sees a smaller tolerance, so heartbeats (class
-//!   0) always find room while recovery traffic (a lower class) is capped.
-//! * Byte budgets (`"2Gbit/s;burst=64MiB"`) charge chunks by their size in bytes and change
-//!   live with `set_quota` — 8 Gbit/s to 2 Gbit/s without a restart and without a free burst.
 //!
 //! # Caveats
 //!

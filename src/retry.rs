@@ -208,8 +208,9 @@ impl Window {
         }
     }
 
-    /// `None` if a retry at `now` fits the budget; else the ns until it will (if no further
-    /// originals arrive; at most one period).
+    /// `None` if a retry at `now` fits the budget; else the ns until it will if no further
+    /// originals arrive: at most one period, or `u64::MAX` when there is no floor and only new
+    /// originals can make room.
     pub(crate) fn peek(&self, now: u64) -> Option<u64> {
         let epoch = now / self.sub;
         let (orig, retr) = (
@@ -228,7 +229,8 @@ impl Window {
                     _ => None,
                 }
             })
-            .unwrap_or(Some(self.until(epoch + SLOTS as u64, now)))
+            // Even an empty window has no credit: no floor, so waiting alone never helps.
+            .unwrap_or(Some(u64::MAX))
     }
 
     /// Counts a permitted check at `now`: a deposit for an original, a debit for a retry.

@@ -144,7 +144,8 @@ pub enum DenyReason {
     Ceiling,
     /// A retry ([`Check::attempt`](crate::Check::attempt) ≥ 1) over the limiter's
     /// [`RetryBudget`](crate::RetryBudget). The retry-after is when the budget will have room
-    /// again if no further originals arrive (new originals may open it sooner); the quota was
+    /// again if no further originals arrive (new originals may open it sooner) — `u64::MAX`
+    /// ns when the budget has no floor and only new originals can make room; the quota was
     /// not consulted.
     RetryBudget,
 }

@@ -493,3 +493,21 @@ fn a_baseline_survives_a_restart_through_serde() {
     let restarted = FaultDetector::builder().with_baseline(back).build();
     assert_eq!(restarted.baseline().breadth(), Some(0.01));
 }
+
+#[cfg(feature = "serde")]
+#[test]
+fn an_imported_baseline_is_checked_like_a_learned_one() {
+    let bad = r#"{"revision":1,"hours":[{"breadth":-1.0,"deny_ratio":0.0,"allowed_per_sec":1.0}]}"#;
+    assert!(serde_json::from_str::<Baseline>(bad).is_err());
+    let hour = r#"{"breadth":0.5,"deny_ratio":0.0,"allowed_per_sec":1.0}"#;
+    let long = format!(
+        r#"{{"revision":1,"hours":[{}]}}"#,
+        vec![hour; 200].join(",")
+    );
+    let b: Baseline = serde_json::from_str(&long).unwrap();
+    assert_eq!(
+        b.hours().len(),
+        tollgate::BASELINE_HOURS,
+        "trimmed to 7 days"
+    );
+}

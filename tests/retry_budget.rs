@@ -238,3 +238,16 @@ fn limiters_stay_send_and_sync() {
     assert_send_sync::<KeyedRateLimiter<String>>();
     assert_send_sync::<RetryBudget>();
 }
+
+#[test]
+fn without_a_floor_an_empty_budget_never_promises_a_retry_time() {
+    let clock = tollgate::ManualClock::new();
+    let lim = tollgate::RateLimiter::builder("100/s".parse().unwrap())
+        .clock(clock.clone())
+        .retry_budget(tollgate::RetryBudget::new().with_floor(0))
+        .build();
+    let v = lim.check_with(tollgate::Check::cost(1).attempt(1)).unwrap();
+    let d = v.denied().expect("no originals and no floor: no budget");
+    assert_eq!(d.reason(), tollgate::DenyReason::RetryBudget);
+    assert_eq!(d.retry_after(), std::time::Duration::from_nanos(u64::MAX));
+}

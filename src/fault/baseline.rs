@@ -37,9 +37,35 @@ pub struct HourSample {
 /// ```
 #[derive(Clone, Debug, Default, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(try_from = "BaselineRepr"))]
 pub struct Baseline {
     revision: u64,
     hours: Vec<HourSample>,
+}
+
+/// What a serialised baseline holds, checked on the way in: an imported baseline keeps the
+/// same rules as a learned one (finite, non-negative samples, at most 7 days).
+#[cfg(feature = "serde")]
+#[derive(serde::Deserialize)]
+struct BaselineRepr {
+    revision: u64,
+    hours: Vec<HourSample>,
+}
+
+#[cfg(feature = "serde")]
+impl TryFrom<BaselineRepr> for Baseline {
+    type Error = &'static str;
+
+    fn try_from(r: BaselineRepr) -> Result<Self, Self::Error> {
+        let ok = |x: f64| x.is_finite() && x >= 0.0;
+        if r.hours
+            .iter()
+            .any(|h| !(ok(h.breadth) && ok(h.deny_ratio) && ok(h.allowed_per_sec)))
+        {
+            return Err("a baseline sample is negative or not finite");
+        }
+        Ok(Baseline::from_hours(r.revision, r.hours))
+    }
 }
 
 impl Baseline {
@@ -68,10 +94,11 @@ impl Baseline {
         if !(ok(hour.breadth) && ok(hour.deny_ratio) && ok(hour.allowed_per_sec)) {
             return;
         }
-        if self.hours.len() == BASELINE_HOURS {
-            self.hours.remove(0);
-        }
         self.hours.push(hour);
+        if self.hours.len() > BASELINE_HOURS {
+            let excess = self.hours.len() - BASELINE_HOURS;
+            self.hours.drain(..excess);
+        }
     }
 
     /// The config revision this baseline was learned under.
