@@ -43,6 +43,7 @@ use crate::stats::Stats;
 use crate::verdict::Verdict;
 
 mod builder;
+mod carry;
 mod table;
 
 pub use builder::KeyedRateLimiterBuilder;

@@ -84,10 +84,14 @@ struct Control {
 /// every version of this crate) puts a key in the same cohort. A later stage's cohort
 /// contains the earlier one's.
 ///
-/// Each document has its own limiters (one per policy). A key that joins the cohort at a
-/// stage change starts fresh in the new document's limiter (its old state is not carried
-/// over); after a revert it finds its old-document state as it left it, which after any
-/// pause is a full bucket. So each key may get one extra burst per move.
+/// Each document has its own limiters (one per policy). A key that joins the cohort (at a
+/// stage change, or when the rollout completes) carries its place in time to the same-named
+/// policy of the new document: its TAT, which the clamp then fits to the new tolerance, so
+/// promotion never hands out a fresh burst (a policy with no same-named one in the old
+/// document starts fresh). A revert does not carry state back: the new document's charges
+/// may be the very fault being reverted, so a reverted key resumes its old-document state,
+/// which lets it through at most one old-document burst sooner and never prolongs the
+/// incident.
 ///
 /// # Comparison and automatic halt
 ///
@@ -208,7 +212,20 @@ impl Rollout {
         let hash = self.cohort.hash(key);
         let bp = self.basis_points.load(Ordering::Relaxed);
         let in_cohort = u32::from(Cohort::bucket_of(hash)) < bp;
-        let doc = if in_cohort { &self.new } else { &self.old };
+        let (doc, other) = if in_cohort {
+            (&self.new, &self.old)
+        } else {
+            (&self.old, &self.new)
+        };
+        // A key that joined the cohort (a stage change, the completion) keeps its place in
+        // time: no fresh burst under the new document.
+        if in_cohort {
+            if let Some((name, limiter)) = doc.resolve_limiter(tier, category, route) {
+                if let Some(from) = other.limiter(name) {
+                    limiter.carry_from(from, key);
+                }
+            }
+        }
         let decision = doc.check(tier, category, route, key, check)?;
         if decision.policy().is_some() && 0 < bp && u64::from(bp) < BUCKETS {
             self.tallies

@@ -283,3 +283,39 @@ fn cohorts_are_stable_and_close_to_the_stage_share() {
 const BUCKET_42: u16 = 4_211;
 const BUCKET_7: u16 = 5_006;
 const BUCKET_EMPTY: u16 = 5_508;
+
+#[test]
+fn a_key_joining_the_cohort_keeps_its_place_in_time() {
+    // The same quota in both documents: any burst after a move would be a free one.
+    let old = doc(1, "10/s", "");
+    let new = doc(2, "10/s", "");
+    let clock = ManualClock::new();
+    let rollout = Rollout::new(old, new, clock.clone()).expect("a harmless change");
+    // A key outside the 1 % cohort that joins it at 10 %.
+    let mover = (0..100_000)
+        .map(key)
+        .find(|k| (100..1_000).contains(&rollout.bucket(k)))
+        .expect("some key lands in buckets 100..1000");
+    let check = |k: &str| {
+        rollout
+            .check("paid", "checkout", "/", k, Check::cost(1))
+            .expect("cost 1 fits")
+    };
+    let allowed = (0..20).filter(|_| check(&mover).is_permitted()).count();
+    assert_eq!(allowed, 10, "the burst, on the old document");
+    assert!(!rollout.is_in_cohort(&mover));
+    assert!(rollout.promote());
+    assert!(rollout.is_in_cohort(&mover), "10 % now");
+    let d = check(&mover);
+    assert_eq!(d.revision(), 2, "judged by the new document");
+    assert!(!d.is_permitted(), "no fresh burst on joining the cohort");
+    clock.advance(Duration::from_millis(100));
+    assert!(
+        check(&mover).is_permitted(),
+        "one interval later, one request"
+    );
+    assert!(!check(&mover).is_permitted(), "and only one");
+    // A revert resumes the old document's state: judged by it again.
+    assert!(rollout.revert());
+    assert_eq!(check(&mover).revision(), 1);
+}

@@ -319,6 +319,12 @@ impl<K> KeyedRateLimiter<K> {
         if tat == 0 {
             return v; // An overflow denial: nothing to remember.
         }
+        self.install(slow, slot, fp, empty, tat);
+        v
+    }
+
+    /// Writes `fp` with `tat` into `slot` (empty, or dead), under the insert lock.
+    pub(super) fn install(&self, slow: &mut Slow, slot: usize, fp: u64, empty: bool, tat: u64) {
         let (key_word, tat_word) = (self.key_word(slot), self.tat_word(slot));
         if empty {
             // TAT first, then the key with Release: a reader that sees the key sees the TAT.
@@ -331,7 +337,6 @@ impl<K> KeyedRateLimiter<K> {
             tat_word.store(tat, Ordering::Release);
         }
         self.inserted(slow, tat);
-        v
     }
 
     pub(super) fn inserted(&self, slow: &mut Slow, tat: u64) {

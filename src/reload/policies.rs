@@ -115,6 +115,18 @@ impl Policies {
     }
 
     /// The limiter of the policy named `name`.
+    /// The policy a request resolves to, with its limiter.
+    pub(crate) fn resolve_limiter(
+        &self,
+        tier: &str,
+        category: &str,
+        route: &str,
+    ) -> Option<(&str, &Arc<KeyedRateLimiter<String>>)> {
+        let policy = self.limits.resolve(tier, category, route)?;
+        let entry = self.by_name.get(policy.name())?;
+        Some((policy.name(), &entry.limiter))
+    }
+
     pub(crate) fn limiter(&self, name: &str) -> Option<&Arc<KeyedRateLimiter<String>>> {
         self.by_name.get(name).map(|p| &p.limiter)
     }
