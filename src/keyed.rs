@@ -43,6 +43,7 @@ use crate::stats::Stats;
 use crate::verdict::Verdict;
 
 mod builder;
+#[cfg(feature = "config")]
 mod carry;
 mod table;
 
