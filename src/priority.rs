@@ -247,7 +247,7 @@ mod tests {
             Priorities::new([(0, 0.3), (1, 0.2)]),
             Err(PriorityError::Inverted { class: 1, above: 0 })
         );
-        let p = Priorities::new([(0, 0.1), (4, 0.5)]).unwrap();
+        let p = Priorities::new([(0, 0.1), (4, 0.5)]).unwrap(); // a test: a panic is its failure
         assert_eq!(p.reserve_of(0), Reserve(100_000));
         assert_eq!(p.reserve_of(2), Reserve(500_000));
         assert_eq!(p.reserve_of(255), Reserve(500_000));

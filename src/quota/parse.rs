@@ -422,12 +422,12 @@ mod tests {
 
     #[test]
     fn splits_parts() {
-        let p = parse("2Gbit/s;burst=64MiB").unwrap();
+        let p = parse("2Gbit/s;burst=64MiB").unwrap(); // a test: a panic is its failure
         assert_eq!(p.count, 2);
         assert_eq!(p.work, Some(WorkUnit::GigaBit));
         assert_eq!(p.time, TimeUnit::Second);
         assert_eq!(p.burst, Some(64 << 20));
-        let p = parse("100/minute;burst=250").unwrap();
+        let p = parse("100/minute;burst=250").unwrap(); // a test: a panic is its failure
         assert_eq!((p.count, p.work, p.time), (100, None, TimeUnit::Minute));
         assert_eq!(p.burst, Some(250));
     }
