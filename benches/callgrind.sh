@@ -11,7 +11,7 @@
 #
 # The case list is the one `ir_per_check` prints when run without arguments (its CASES).
 #
-# For each case it runs examples/ir_per_check.rs (bench profile: release + no overflow checks,
+# For each case it runs benches/ir_per_check.rs (bench profile: release + no overflow checks,
 # as `cargo bench`; one codegen unit, in its own target dir, so that edits elsewhere in the
 # crate cannot move the partition boundaries and with them the inlining of these loops)
 # under callgrind twice, with N1 and N2 checks, collecting only inside
@@ -24,8 +24,8 @@ cd "$(dirname "$0")/.."
 N1=${N1:-100000}
 N2=${N2:-200000}
 export CARGO_TARGET_DIR=target/callgrind CARGO_PROFILE_BENCH_CODEGEN_UNITS=1
-cargo build --quiet --profile bench --example ir_per_check
-BIN=$CARGO_TARGET_DIR/release/examples/ir_per_check
+BIN=$(cargo bench --quiet --no-run --bench ir_per_check --message-format=json \
+  | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 

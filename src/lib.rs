@@ -150,60 +150,48 @@
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
-mod cell;
-mod check;
-mod clock;
-#[cfg(feature = "config")]
-#[cfg_attr(docsrs, doc(cfg(feature = "config")))]
-mod config;
-mod error;
-mod fault;
-mod fingerprint;
-mod gcra;
-mod guard;
-mod keyed;
+// The layers, bottom to top: each uses only the layers declared before it.
+mod engine;
 mod limiter;
-mod priority;
-mod quota;
 #[cfg(feature = "config")]
 #[cfg_attr(docsrs, doc(cfg(feature = "config")))]
-mod reload;
-mod retry;
-#[cfg(feature = "config")]
-#[cfg_attr(docsrs, doc(cfg(feature = "config")))]
-mod rollout;
-mod slo;
-mod stats;
-mod verdict;
-mod watchdog;
+mod limits;
+mod safety;
+mod shaping;
 
-pub use check::Check;
-pub use clock::{Clock, ManualClock};
+pub use engine::check::Check;
+pub use engine::clock::{Clock, ManualClock};
 #[cfg(feature = "config")]
-pub use config::{
+pub use engine::error::{ConfigError, ConfigErrorKind};
+pub use engine::error::{InsufficientCapacity, QuotaError, QuotaErrorKind};
+pub use engine::quota::Quota;
+pub use engine::stats::Stats;
+pub use engine::verdict::{Allowed, Denied, DenyReason, PassReason, PassThrough, Shadow, Verdict};
+pub use limiter::direct::{RateLimiter, RateLimiterBuilder};
+pub use limiter::keyed::{
+    KeyedRateLimiter, KeyedRateLimiterBuilder, DEFAULT_MAX_KEYS, MAX_KEYS_LIMIT,
+};
+#[cfg(feature = "config")]
+pub use limits::document::{
     Acknowledgement, Change, ConfigErrors, Diff, Direction, Format, Limits, Matcher, Policy,
     PolicyChange, QuotaChange, Tightening, TrafficMove, DEFAULT_GUARD,
 };
 #[cfg(feature = "config")]
-pub use error::{ConfigError, ConfigErrorKind};
-pub use error::{InsufficientCapacity, QuotaError, QuotaErrorKind};
-pub use fault::{
+pub use limits::reload::{Decision, LimitsHandle, LimitsHandleBuilder, DEFAULT_KNOWN_GOOD_AFTER};
+#[cfg(feature = "config")]
+pub use limits::rollout::{
+    Rollout, RolloutBuilder, RolloutState, Stage, WindowFigures, DEFAULT_STAGES,
+};
+pub use safety::fault::{
     AlertKind, Baseline, DetectorState, EventCallback, FaultDetector, FaultDetectorBuilder,
     FaultEvent, Figures, HourSample, Mode, BASELINE_HOURS, BASELINE_MIN_HOURS,
 };
-pub use keyed::{KeyedRateLimiter, KeyedRateLimiterBuilder, DEFAULT_MAX_KEYS, MAX_KEYS_LIMIT};
-pub use limiter::{RateLimiter, RateLimiterBuilder};
-pub use priority::{Priorities, PriorityError};
-pub use quota::Quota;
-#[cfg(feature = "config")]
-pub use reload::{Decision, LimitsHandle, LimitsHandleBuilder, DEFAULT_KNOWN_GOOD_AFTER};
-pub use retry::{Backoff, BackoffBuilder, BackoffError, Delays, Failure, RetryBudget, RetryError};
-#[cfg(feature = "config")]
-pub use rollout::{Rollout, RolloutBuilder, RolloutState, Stage, WindowFigures, DEFAULT_STAGES};
-pub use slo::{
+pub use safety::slo::{
     Outcome, SloAlert, SloConfigError, SuccessRate, SuccessRateBuilder, TierSnapshot, MAX_TIERS,
     OTHER_TIER,
 };
-pub use stats::Stats;
-pub use verdict::{Allowed, Denied, DenyReason, PassReason, PassThrough, Shadow, Verdict};
-pub use watchdog::{ClockFault, Sampler, Watchdog};
+pub use safety::watchdog::{ClockFault, Sampler, Watchdog};
+pub use shaping::priority::{Priorities, PriorityError};
+pub use shaping::retry::{
+    Backoff, BackoffBuilder, BackoffError, Delays, Failure, RetryBudget, RetryError,
+};

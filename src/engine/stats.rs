@@ -1,0 +1,341 @@
+//! Accounting: every check counted once, by outcome and reason, in striped counters.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use parking_lot::Mutex;
+
+use crate::engine::cell::Padded;
+use crate::engine::verdict::{DenyReason, PassReason, Shadow, Verdict};
+
+/// Counts of checks by outcome, as a metrics exporter reads them.
+///
+/// Every check with a detector attached is counted exactly once: as allowed, denied (by
+/// reason) or passed through (by reason). Labels are fixed: never a key.
+///
+/// ```
+/// use tollgate::{FaultDetector, RateLimiter};
+///
+/// let detector = FaultDetector::new();
+/// let lim = RateLimiter::builder("1/s".parse()?).detector(detector.clone()).build();
+/// let _ = lim.check();
+/// let _ = lim.check();
+/// let stats = detector.stats();
+/// assert_eq!((stats.allowed, stats.denied_quota, stats.total()), (1, 1, 2));
+/// # Ok::<(), tollgate::QuotaError>(())
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct Stats {
+    /// Allowed checks.
+    pub allowed: u64,
+    /// Denied: over quota.
+    pub denied_quota: u64,
+    /// Denied: a new key sharing the overflow cell of a full key table.
+    pub denied_key_table_full: u64,
+    /// Denied: the time arithmetic would overflow.
+    pub denied_clock_overflow: u64,
+    /// Denied by the ceiling that applies during pass-through.
+    pub denied_ceiling: u64,
+    /// Passed through: the deny anomaly detector tripped.
+    pub passed_deny_anomaly: u64,
+    /// Passed through: the clock watchdog saw a clock fault.
+    pub passed_clock_fault: u64,
+    /// Passed through: an operator forced it.
+    pub passed_forced: u64,
+    /// Passed through for any other reason.
+    pub passed_other: u64,
+    /// Of the pass-throughs, those whose shadow verdict was a denial.
+    pub shadow_denied: u64,
+    /// Denied: a retry over the limiter's [`RetryBudget`](crate::RetryBudget).
+    pub denied_retry_budget: u64,
+    /// Checks of original requests (attempt 0, including every plain `check`), whatever
+    /// their outcome: `total() − retries`.
+    pub original: u64,
+    /// Checks of retries ([`Check::attempt`](crate::Check::attempt) ≥ 1), whatever their
+    /// outcome.
+    pub retries: u64,
+}
+
+impl Stats {
+    /// Every check counted: allowed + denied + passed through.
+    pub fn total(&self) -> u64 {
+        self.allowed + self.denied() + self.passed()
+    }
+
+    /// All denials, whatever the reason.
+    pub fn denied(&self) -> u64 {
+        self.denied_quota
+            + self.denied_key_table_full
+            + self.denied_clock_overflow
+            + self.denied_ceiling
+            + self.denied_retry_budget
+    }
+
+    /// All pass-throughs, whatever the reason.
+    pub fn passed(&self) -> u64 {
+        self.passed_deny_anomaly + self.passed_clock_fault + self.passed_forced + self.passed_other
+    }
+
+    pub(crate) fn from_counts(c: &[u64; COUNTERS]) -> Self {
+        let mut s = Self {
+            allowed: c[ALLOWED],
+            denied_quota: c[DENIED_QUOTA],
+            denied_key_table_full: c[DENIED_TABLE_FULL],
+            denied_clock_overflow: c[DENIED_OVERFLOW],
+            denied_ceiling: c[DENIED_CEILING],
+            passed_deny_anomaly: c[PASSED_ANOMALY],
+            passed_clock_fault: c[PASSED_CLOCK],
+            passed_forced: c[PASSED_FORCED],
+            passed_other: c[PASSED_OTHER],
+            shadow_denied: c[SHADOW_DENIED],
+            denied_retry_budget: c[DENIED_RETRY_BUDGET],
+            original: 0,
+            retries: c[RETRIES],
+        };
+        // Saturating: the counters are read one by one while checks go on.
+        s.original = s.total().saturating_sub(s.retries);
+        s
+    }
+
+    /// `self − earlier`, counter by counter (saturating).
+    pub(crate) fn since(&self, earlier: &Stats) -> Stats {
+        let (a, b) = (self.counts(), earlier.counts());
+        let mut d = [0; COUNTERS];
+        for i in 0..COUNTERS {
+            d[i] = a[i].saturating_sub(b[i]);
+        }
+        Stats::from_counts(&d)
+    }
+
+    fn counts(&self) -> [u64; COUNTERS] {
+        let mut c = [0; COUNTERS];
+        c[ALLOWED] = self.allowed;
+        c[DENIED_QUOTA] = self.denied_quota;
+        c[DENIED_TABLE_FULL] = self.denied_key_table_full;
+        c[DENIED_OVERFLOW] = self.denied_clock_overflow;
+        c[DENIED_CEILING] = self.denied_ceiling;
+        c[PASSED_ANOMALY] = self.passed_deny_anomaly;
+        c[PASSED_CLOCK] = self.passed_clock_fault;
+        c[PASSED_FORCED] = self.passed_forced;
+        c[PASSED_OTHER] = self.passed_other;
+        c[SHADOW_DENIED] = self.shadow_denied;
+        c[DENIED_RETRY_BUDGET] = self.denied_retry_budget;
+        c[RETRIES] = self.retries;
+        c
+    }
+}
+
+pub(crate) const ALLOWED: usize = 0;
+pub(crate) const DENIED_QUOTA: usize = 1;
+pub(crate) const DENIED_TABLE_FULL: usize = 2;
+pub(crate) const DENIED_OVERFLOW: usize = 3;
+pub(crate) const DENIED_CEILING: usize = 4;
+pub(crate) const PASSED_ANOMALY: usize = 5;
+pub(crate) const PASSED_CLOCK: usize = 6;
+pub(crate) const PASSED_FORCED: usize = 7;
+pub(crate) const PASSED_OTHER: usize = 8;
+pub(crate) const SHADOW_DENIED: usize = 9;
+pub(crate) const DENIED_RETRY_BUDGET: usize = 10;
+/// Retries checked, whatever the verdict (counted besides the verdict's own counter).
+pub(crate) const RETRIES: usize = 11;
+pub(crate) const COUNTERS: usize = 12;
+
+/// Stripes owned by one thread each: written with a plain load and store, no locked
+/// instruction.
+const OWNED: usize = 64;
+/// Stripes for threads beyond the first 64 alive at once: written with `fetch_add`.
+const SHARED: usize = 8;
+
+/// Increase-only counters, striped by thread and padded so two threads never write one cache
+/// line. `Relaxed` throughout: they are tallies, read as deltas by the evaluator, and order
+/// nothing else.
+///
+/// Each of the first 64 threads alive at once owns a stripe (see [`thread_slot`]), so its
+/// increments need no locked instruction: one writer per stripe makes a load-and-store exact.
+/// Further threads share 8 stripes through `fetch_add`.
+#[derive(Debug)]
+pub(crate) struct Counters {
+    stripes: Box<[Padded<[AtomicU64; COUNTERS]>]>,
+}
+
+impl Counters {
+    pub(crate) fn new() -> Self {
+        Self {
+            stripes: (0..OWNED + SHARED)
+                .map(|_| Padded(Default::default()))
+                .collect(),
+        }
+    }
+
+    /// Counts `v` once. Returns `true` once every `every` calls on this thread (a power of
+    /// two): time for the caller to look at its evaluation deadline.
+    #[inline]
+    pub(crate) fn record(&self, v: &Verdict, every: u32) -> bool {
+        let (index, shadow_denied) = classify(v);
+        let (slot, due) = LOCAL.with(|l| {
+            let n = l.ticks[Ticker::Detector as usize].get().wrapping_add(1);
+            l.ticks[Ticker::Detector as usize].set(n);
+            (l.slot.get(), n & (every - 1) == 0)
+        });
+        let slot = if slot == UNCLAIMED {
+            claim_slot()
+        } else {
+            slot
+        };
+        let stripe = &self.stripes[slot].0;
+        if slot < OWNED {
+            bump_owned(&stripe[index]);
+            if shadow_denied {
+                bump_owned(&stripe[SHADOW_DENIED]);
+            }
+        } else {
+            stripe[index].fetch_add(1, Ordering::Relaxed);
+            if shadow_denied {
+                stripe[SHADOW_DENIED].fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        due
+    }
+
+    /// Counts one more in counter `index` (no verdict, no tick): [`RETRIES`].
+    #[inline]
+    pub(crate) fn bump(&self, index: usize) {
+        let slot = LOCAL.with(|l| l.slot.get());
+        let slot = if slot == UNCLAIMED {
+            claim_slot()
+        } else {
+            slot
+        };
+        let counter = &self.stripes[slot].0[index];
+        if slot < OWNED {
+            bump_owned(counter);
+        } else {
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The sums over all stripes.
+    pub(crate) fn sum(&self) -> [u64; COUNTERS] {
+        let mut total = [0u64; COUNTERS];
+        for stripe in self.stripes.iter() {
+            for (t, c) in total.iter_mut().zip(stripe.0.iter()) {
+                *t = t.wrapping_add(c.load(Ordering::Relaxed));
+            }
+        }
+        total
+    }
+}
+
+/// An increment by the only thread that writes `c`.
+#[inline]
+fn bump_owned(c: &AtomicU64) {
+    c.store(c.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
+}
+
+const UNCLAIMED: usize = usize::MAX;
+
+/// Per-thread state read on every check: one thread-local without a destructor, so an access
+/// is a plain load.
+struct Local {
+    /// This thread's stripe (`UNCLAIMED` before its first check).
+    slot: Cell<usize>,
+    /// Tick counters, one per [`Ticker`].
+    ticks: [Cell<u32>; 2],
+}
+
+thread_local! {
+    static LOCAL: Local = const {
+        Local {
+            slot: Cell::new(UNCLAIMED),
+            ticks: [Cell::new(0), Cell::new(0)],
+        }
+    };
+    static RELEASE: Release = const { Release(Cell::new(UNCLAIMED)) };
+}
+
+static FREE_SLOTS: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+static NEXT_SLOT: AtomicUsize = AtomicUsize::new(0);
+
+/// Hands an owned stripe back when its thread exits.
+struct Release(Cell<usize>);
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        let slot = self.0.get();
+        if slot < OWNED {
+            // Checks run by later thread-local destructors use a shared stripe from now on.
+            let _ = LOCAL.try_with(|l| l.slot.set(OWNED));
+            // The mutex orders this thread's last increments before the next owner's first.
+            FREE_SLOTS.lock().push(slot);
+        }
+    }
+}
+
+/// Claims this thread's stripe on its first counted check: a free owned stripe, else the
+/// next never-used one, else a shared one.
+#[cold]
+fn claim_slot() -> usize {
+    let slot = FREE_SLOTS.lock().pop().unwrap_or_else(|| {
+        let i = NEXT_SLOT.fetch_add(1, Ordering::Relaxed);
+        if i < OWNED {
+            i
+        } else {
+            OWNED + i % SHARED
+        }
+    });
+    // If the release hook cannot be registered (thread teardown), do not own a stripe.
+    let slot = match RELEASE.try_with(|r| r.0.set(slot)) {
+        Ok(()) => slot,
+        Err(_) => OWNED,
+    };
+    let _ = LOCAL.try_with(|l| l.slot.set(slot));
+    slot
+}
+
+#[inline]
+fn classify(v: &Verdict) -> (usize, bool) {
+    match v {
+        Verdict::Allow(_) => (ALLOWED, false),
+        Verdict::Deny(d) => (
+            match d.reason() {
+                DenyReason::KeyTableFull => DENIED_TABLE_FULL,
+                DenyReason::ClockOverflow => DENIED_OVERFLOW,
+                DenyReason::Ceiling => DENIED_CEILING,
+                DenyReason::RetryBudget => DENIED_RETRY_BUDGET,
+                _ => DENIED_QUOTA,
+            },
+            false,
+        ),
+        Verdict::PassThrough(p) => (
+            match p.reason() {
+                PassReason::DenyAnomaly => PASSED_ANOMALY,
+                PassReason::ClockFault => PASSED_CLOCK,
+                PassReason::Forced => PASSED_FORCED,
+                _ => PASSED_OTHER,
+            },
+            p.shadow() == Shadow::Deny,
+        ),
+    }
+}
+
+/// Which per-thread tick counter: the detector's and the watchdog's count separately, so
+/// each sees every check.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Ticker {
+    Detector = 0,
+    Watchdog = 1,
+}
+
+/// A per-thread tick: `true` once every `every` calls (a power of two) on this thread for
+/// this ticker. Drives lazy evaluation without a shared write or a second clock read per
+/// check.
+#[inline]
+pub(crate) fn tick(ticker: Ticker, every: u32) -> bool {
+    LOCAL.with(|l| {
+        let c = &l.ticks[ticker as usize];
+        let n = c.get().wrapping_add(1);
+        c.set(n);
+        n & (every - 1) == 0
+    })
+}

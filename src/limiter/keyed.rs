@@ -1,0 +1,368 @@
+//! [`KeyedRateLimiter`]: one cell per key in a bounded, flat table of atomics.
+//!
+//! # The table
+//!
+//! Keys are never stored: each key is reduced to a 64-bit *fingerprint* by a per-limiter
+//! seeded hash (see [`fingerprint`](crate::engine::fingerprint)), so every key occupies one 16-byte
+//! slot whatever its length, and a long attacker-chosen key costs no more than a short one.
+//! A slot is two words:
+//!
+//! | word | value | meaning |
+//! |---|---|---|
+//! | `key` | 0 | never used; ends every probe |
+//! | `key` | fp | holds (or held) the key with fingerprint `fp` |
+//! | `tat` | [`TOMBSTONE`] | dead: swept, reusable by any key |
+//! | `tat` | other | the key's TAT |
+//!
+//! A key lives within [`WINDOW`] slots of its home slot (linear probing, capacity 1.5 ×
+//! `max_keys`). Lookups of present keys are lock-free: scan, then one CAS on the TAT. New keys,
+//! revivals and sweeps take one mutex (`slow`); they are rare next to checks. A key whose
+//! window is full (rare at this load factor) or whose fingerprint is 0 lives in a small spill
+//! map under the same mutex, so the first `max_keys` live keys are always tracked.
+
+use core::borrow::Borrow;
+use core::fmt;
+use core::hash::Hash;
+use core::marker::PhantomData;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use parking_lot::Mutex;
+
+use crate::engine::cell::{Padded, SharedParams};
+use crate::engine::check::Check;
+use crate::engine::clock::Clock;
+use crate::engine::error::InsufficientCapacity;
+use crate::engine::fingerprint::Fingerprinter;
+use crate::engine::quota::Quota;
+use crate::engine::stats::Stats;
+use crate::engine::verdict::Verdict;
+use crate::limiter::guard::Guard;
+use crate::safety::fault::FaultDetector;
+use crate::shaping::priority::{self, Priorities, Reserve};
+use crate::shaping::retry::RetryBudget;
+
+mod builder;
+#[cfg(feature = "config")]
+mod carry;
+mod table;
+
+pub use builder::KeyedRateLimiterBuilder;
+
+/// How far from its home slot a key may live before it spills.
+const WINDOW: usize = 64;
+/// The default bound on tracked keys: 2^20.
+pub const DEFAULT_MAX_KEYS: usize = 1 << 20;
+/// The largest bound on tracked keys a builder accepts: 2^32 − 1 (about 96 GiB of table).
+pub const MAX_KEYS_LIMIT: usize = u32::MAX as usize;
+
+/// A rate limiter with one cell per key, bounded to `max_keys` live keys.
+///
+/// ```
+/// use tollgate::{KeyedRateLimiter, Verdict};
+///
+/// let lim: KeyedRateLimiter<String> = KeyedRateLimiter::new("1/s".parse()?);
+/// assert!(lim.check_key("alice").is_permitted()); // &str lookups, no allocation
+/// assert!(!lim.check_key("alice").is_permitted());
+/// assert!(lim.check_key("bob").is_permitted());
+/// assert_eq!(lim.len(), 2);
+/// # Ok::<(), tollgate::QuotaError>(())
+/// ```
+///
+/// # Memory
+///
+/// The table is allocated once, zeroed (so the operating system commits pages only as keys
+/// land in them): 16 bytes per slot, 1.5 slots per `max_keys`, i.e. 24 bytes per key at
+/// capacity (24 MiB of address space at the default 2^20 keys; size it with
+/// [`KeyedRateLimiterBuilder::max_keys`]).
+///
+/// # Keys are fingerprints
+///
+/// Keys are reduced to 64-bit seeded fingerprints. Keys that hash as a single integer
+/// (`u64`, `i64`, `u32`, `usize`, …) get a keyed bijection, so two of them never share a cell.
+/// Other keys (strings, tuples) get SipHash-1-3 under a random 128-bit key: two keys share a
+/// cell with probability about n²/2^65 (1 in 30 million at 2^20 keys), and an attacker who
+/// cannot see the seed cannot aim a key at someone else's cell.
+pub struct KeyedRateLimiter<K> {
+    slots: Box<[AtomicU64]>,
+    capacity: usize,
+    max_keys: usize,
+    params: SharedParams,
+    overflow: Overflow,
+    fingerprinter: Fingerprinter,
+    clock: Clock,
+    quota: Mutex<Quota>,
+    /// Tracked keys (table and spill), including idle ones not yet swept.
+    len: AtomicUsize,
+    /// Size of the spill map, read without the lock to skip it when empty.
+    spilled: AtomicUsize,
+    slow: Mutex<Slow>,
+    guard: Option<Box<Guard>>,
+    _key: PhantomData<fn(&K)>,
+}
+
+/// The one cell that new keys share when the table is full of live keys.
+struct Overflow {
+    tat: Padded<AtomicU64>,
+    /// Its own quota if the builder set one; else it follows the per-key quota.
+    params: Option<SharedParams>,
+}
+
+/// State touched only under the insert lock.
+#[derive(Debug, Default)]
+struct Slow {
+    /// Fingerprint → TAT for keys that found no slot in their window.
+    spill: HashMap<u64, u64>,
+    /// No tracked key can be idle before this instant (the smallest TAT seen by the last full
+    /// sweep pass, lowered by later inserts); 0 when unknown.
+    idle_not_before: u64,
+    /// The latest clock reading taken under the lock: readings here never go backwards, even
+    /// on a TSC that is not synchronised across cores.
+    last_now: u64,
+    /// Where the resumable full-table sweep goes on.
+    cursor: usize,
+    /// The smallest live TAT seen in the current sweep pass (0 when unknown).
+    pass_min: u64,
+}
+
+/// What sweeping one slot found.
+enum Swept {
+    /// The slot was already dead.
+    Dead,
+    /// The slot held an idle key and is now dead.
+    Freed,
+    /// The slot holds a live key with this TAT.
+    Live(u64),
+}
+
+/// One check's key and cost: its fingerprint, its cost in units, the weight of that cost,
+/// its priority class's reserve, and whether it is a retry.
+#[derive(Clone, Copy, Debug)]
+struct Ask {
+    fp: u64,
+    cost: u64,
+    w: u64,
+    reserve: Reserve,
+    retry: bool,
+}
+
+impl Ask {
+    /// An original check of class 0.
+    #[inline]
+    fn plain(fp: u64, cost: u64, w: u64) -> Self {
+        Self {
+            fp,
+            cost,
+            w,
+            reserve: Reserve::NONE,
+            retry: false,
+        }
+    }
+}
+
+enum Found {
+    Slot(usize),
+    Absent,
+}
+
+impl<K> KeyedRateLimiter<K> {
+    /// A keyed limiter for `quota` with the default bound of 2^20 keys.
+    pub fn new(quota: Quota) -> Self {
+        Self::builder(quota).build()
+    }
+
+    /// A builder, to choose the clock, the key bound and the overflow quota.
+    pub fn builder(quota: Quota) -> KeyedRateLimiterBuilder<K> {
+        KeyedRateLimiterBuilder::new(quota)
+    }
+
+    /// Tracked keys, including idle ones not yet swept; never more than `max_keys`.
+    pub fn len(&self) -> usize {
+        self.len.load(Ordering::Relaxed)
+    }
+
+    /// `true` if no key is tracked.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The bound on tracked keys.
+    pub fn max_keys(&self) -> usize {
+        self.max_keys
+    }
+
+    /// Bytes the key table occupies (its slots), whatever the keys' own sizes.
+    pub fn table_bytes(&self) -> usize {
+        self.slots.len() * core::mem::size_of::<AtomicU64>()
+    }
+
+    /// The per-key quota in force.
+    pub fn quota(&self) -> Quota {
+        *self.quota.lock()
+    }
+
+    /// Replaces the per-key quota for every key at once, in O(1): the parameters are shared,
+    /// and each key's TAT is clamped on its next check (no lockout, no free burst).
+    pub fn set_quota(&self, quota: Quota) {
+        let mut current = self.quota.lock();
+        *current = quota;
+        self.params.store(quota.params());
+        // A lower τ may make keys idle earlier than the last sweep pass saw.
+        let mut slow = self.slow.lock();
+        slow.idle_not_before = 0;
+        slow.pass_min = 0;
+    }
+
+    /// The fault detector's counts, if one is attached: by outcome, and originals apart from
+    /// retries.
+    pub fn stats(&self) -> Option<Stats> {
+        self.guard
+            .as_ref()?
+            .detector
+            .as_ref()
+            .map(FaultDetector::stats)
+    }
+
+    /// The clock this limiter reads.
+    pub fn clock(&self) -> &Clock {
+        &self.clock
+    }
+
+    /// The retry budget attached (shared by all keys), if any.
+    pub fn retry_budget(&self) -> Option<RetryBudget> {
+        self.guard.as_ref()?.retry_budget()
+    }
+
+    /// The priority classes attached, if any.
+    pub fn priorities(&self) -> Option<&Priorities> {
+        self.guard.as_ref()?.priorities.as_ref()
+    }
+
+    /// [`check_key_with`](Self::check_key_with) with something attached: the class's
+    /// tolerance, the retry budget (peek, step, debit), the counts.
+    #[inline(never)]
+    fn check_fp_attached(
+        &self,
+        g: &Guard,
+        fp: u64,
+        check: Check,
+    ) -> Result<Verdict, InsufficientCapacity> {
+        let p = self.params.load();
+        let (cost, reserve) = (check.units(), g.reserve(check.priority_class()));
+        let tol = reserve.tolerance(p.tau);
+        let w = priority::weight_within(&p, cost, tol)?;
+        if w == 0 {
+            return Ok(self.peek_fp(fp, &p.within(tol), 0));
+        }
+        let retry = check.attempt_number() > 0;
+        if retry {
+            let now = self.now();
+            if let Some(v) = g.over_budget(now) {
+                g.observe(&v, Some(fp), true, || now);
+                return Ok(v);
+            }
+        }
+        let ask = Ask {
+            fp,
+            cost,
+            w,
+            reserve,
+            retry,
+        };
+        Ok(self.step_key_guarded(g, ask, &p))
+    }
+}
+
+impl<K: Hash> KeyedRateLimiter<K> {
+    /// Checks one unit for `key`.
+    #[inline]
+    pub fn check_key<Q>(&self, key: &Q) -> Verdict
+    where
+        K: Borrow<Q>,
+        Q: Hash + ?Sized,
+    {
+        let p = self.params.load();
+        let fp = self.fingerprinter.fingerprint(key);
+        self.step_key(Ask::plain(fp, 1, p.unit()), &p)
+    }
+
+    /// Checks `cost` units for `key`: all or nothing. A cost of 0 reports the remaining
+    /// capacity and writes nothing (a new key is not inserted).
+    ///
+    /// # Errors
+    ///
+    /// [`InsufficientCapacity`] if `cost` exceeds the burst.
+    #[inline]
+    pub fn check_key_n<Q>(&self, key: &Q, cost: u64) -> Result<Verdict, InsufficientCapacity>
+    where
+        K: Borrow<Q>,
+        Q: Hash + ?Sized,
+    {
+        let p = self.params.load();
+        let w = p
+            .weight(cost)
+            .ok_or(InsufficientCapacity::new(cost, p.burst))?;
+        let fp = self.fingerprinter.fingerprint(key);
+        if w == 0 {
+            return Ok(self.peek_fp(fp, &p, 0));
+        }
+        Ok(self.step_key(Ask::plain(fp, cost, w), &p))
+    }
+
+    /// Checks `key` with per-request arguments: cost, attempt, priority class.
+    ///
+    /// With [`Priorities`] attached, the check sees its class's tolerance on the key's cell;
+    /// with a [`RetryBudget`] attached (one for the whole limiter), a retry must fit it as
+    /// well as the key's quota; with a [`FaultDetector`] attached, originals and retries are
+    /// counted apart. Without them this is [`check_key_n`](Self::check_key_n).
+    ///
+    /// # Errors
+    ///
+    /// [`InsufficientCapacity`] if the cost exceeds the burst, or the capacity of its class.
+    ///
+    /// ```
+    /// use tollgate::{Check, KeyedRateLimiter, Priorities};
+    ///
+    /// let lim = KeyedRateLimiter::<u64>::builder("10/s".parse()?)
+    ///     .priorities(Priorities::new([(0, 0.0), (1, 0.3)])?)
+    ///     .build();
+    /// assert_eq!(lim.check_key_with(&7, Check::cost(8).class(1)).unwrap_err().capacity(), 7);
+    /// assert!(lim.check_key_with(&7, Check::cost(7).class(1))?.is_permitted());
+    /// assert!(lim.check_key_with(&7, Check::cost(3))?.is_permitted());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn check_key_with<Q>(&self, key: &Q, check: Check) -> Result<Verdict, InsufficientCapacity>
+    where
+        K: Borrow<Q>,
+        Q: Hash + ?Sized,
+    {
+        match &self.guard {
+            None => self.check_key_n(key, check.units()),
+            Some(g) => self.check_fp_attached(g, self.fingerprinter.fingerprint(key), check),
+        }
+    }
+
+    /// What [`check_key`](Self::check_key) would say now, without writing anything.
+    pub fn peek_key<Q>(&self, key: &Q) -> Verdict
+    where
+        K: Borrow<Q>,
+        Q: Hash + ?Sized,
+    {
+        let p = self.params.load();
+        let w = p.unit();
+        self.peek_fp(self.fingerprinter.fingerprint(key), &p, w)
+    }
+}
+
+impl<K> fmt::Debug for KeyedRateLimiter<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyedRateLimiter")
+            .field("quota", &self.quota().to_string())
+            .field("len", &self.len())
+            .field("max_keys", &self.max_keys)
+            .field("spilled", &self.spilled.load(Ordering::Relaxed))
+            .field("clock", &self.clock)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,145 @@
+//! [`KeyedRateLimiterBuilder`].
+
+use core::fmt;
+use core::marker::PhantomData;
+use std::sync::atomic::{AtomicU64, AtomicUsize};
+
+use parking_lot::Mutex;
+
+use super::{KeyedRateLimiter, Overflow, Slow, DEFAULT_MAX_KEYS, MAX_KEYS_LIMIT, WINDOW};
+use crate::engine::cell::{Padded, SharedParams};
+use crate::engine::clock::Clock;
+use crate::engine::fingerprint::Fingerprinter;
+use crate::engine::quota::Quota;
+use crate::limiter::guard::{Attached, Guard};
+use crate::safety::fault::FaultDetector;
+use crate::safety::watchdog::Watchdog;
+use crate::shaping::priority::Priorities;
+use crate::shaping::retry::RetryBudget;
+
+/// Builds a [`KeyedRateLimiter`].
+#[must_use = "call .build() to get the limiter"]
+pub struct KeyedRateLimiterBuilder<K> {
+    quota: Quota,
+    clock: Clock,
+    max_keys: usize,
+    overflow_quota: Option<Quota>,
+    attached: Attached,
+    _key: PhantomData<fn(&K)>,
+}
+
+impl<K> fmt::Debug for KeyedRateLimiterBuilder<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyedRateLimiterBuilder")
+            .field("quota", &self.quota.to_string())
+            .field("clock", &self.clock)
+            .field("max_keys", &self.max_keys)
+            .field(
+                "overflow_quota",
+                &self.overflow_quota.map(|q| q.to_string()),
+            )
+            .field("priorities", &self.attached.priorities)
+            .field("retry_budget", &self.attached.budget)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K> KeyedRateLimiterBuilder<K> {
+    pub(super) fn new(quota: Quota) -> Self {
+        Self {
+            quota,
+            clock: Clock::monotonic(),
+            max_keys: DEFAULT_MAX_KEYS,
+            overflow_quota: None,
+            attached: Attached::default(),
+            _key: PhantomData,
+        }
+    }
+
+    /// The clock to read on every check (default: [`Clock::monotonic`]).
+    pub fn clock(mut self, clock: impl Into<Clock>) -> Self {
+        self.clock = clock.into();
+        self
+    }
+
+    /// The most live keys tracked at once (default 2^20, at least 1). When the table is full of
+    /// live keys, new keys share one overflow cell.
+    pub fn max_keys(mut self, max_keys: usize) -> Self {
+        self.max_keys = max_keys.clamp(1, MAX_KEYS_LIMIT);
+        self
+    }
+
+    /// The quota of the overflow cell that new keys share when the table is full (default:
+    /// the per-key quota, following [`KeyedRateLimiter::set_quota`]).
+    pub fn overflow_quota(mut self, quota: Quota) -> Self {
+        self.overflow_quota = Some(quota);
+        self
+    }
+
+    /// Attaches a fault detector: breadth anomalies turn into pass-throughs, and every check
+    /// is counted ([`FaultDetector::stats`]). One detector per limiter.
+    pub fn detector(mut self, detector: FaultDetector) -> Self {
+        detector.attach_keyed();
+        self.attached.detector = Some(detector);
+        self
+    }
+
+    /// Attaches a clock watchdog. The limiter then reads the watchdog's clocks (its fast
+    /// clock, or its reference after a fault) instead of [`clock`](Self::clock).
+    pub fn watchdog(mut self, watchdog: Watchdog) -> Self {
+        self.attached.watchdog = Some(watchdog);
+        self
+    }
+
+    /// Attaches priority classes, applied on every key's cell (and the overflow cell): each
+    /// class keeps a share of the burst for the classes above it ([`Priorities`]).
+    pub fn priorities(mut self, priorities: Priorities) -> Self {
+        self.attached.priorities = Some(priorities);
+        self
+    }
+
+    /// Attaches a retry budget shared by all keys ([`RetryBudget`]); per-key budgets are not
+    /// built yet.
+    pub fn retry_budget(mut self, budget: RetryBudget) -> Self {
+        self.attached.budget = Some(budget);
+        self
+    }
+
+    /// Builds the limiter. Allocates the whole table now (zeroed, so committed lazily). If
+    /// the allocator refuses a table that large, the bound is halved until it agrees:
+    /// [`KeyedRateLimiter::max_keys`] reports the bound in force. Never panics.
+    pub fn build(self) -> KeyedRateLimiter<K> {
+        let mut max_keys = self.max_keys;
+        let (slots, capacity) = loop {
+            let capacity = max_keys.saturating_add(max_keys / 2).max(2 * WINDOW);
+            match bytemuck::allocation::try_zeroed_slice_box(capacity.saturating_mul(2)) {
+                Ok(slots) => break (slots, capacity),
+                Err(()) if max_keys > 1 => max_keys /= 2,
+                // Even the smallest table failed: the process is out of memory; an empty
+                // table that sends every key to the overflow cell still never panics.
+                Err(()) => break (Box::default(), 0),
+            }
+        };
+        KeyedRateLimiter {
+            slots,
+            capacity,
+            max_keys: if capacity == 0 { 0 } else { max_keys },
+            params: SharedParams::new(self.quota.params()),
+            overflow: Overflow {
+                tat: Padded(AtomicU64::new(0)),
+                params: self.overflow_quota.map(|q| SharedParams::new(q.params())),
+            },
+            fingerprinter: Fingerprinter::new(),
+            clock: self.clock,
+            quota: Mutex::new(self.quota),
+            len: AtomicUsize::new(0),
+            spilled: AtomicUsize::new(0),
+            guard: Guard::boxed(self.attached),
+            slow: Mutex::new(Slow {
+                pass_min: u64::MAX,
+                ..Slow::default()
+            }),
+            _key: PhantomData,
+        }
+    }
+}

@@ -1,0 +1,7 @@
+//! The limiters users hold: the direct [`RateLimiter`](crate::RateLimiter) (one cell), the
+//! keyed [`KeyedRateLimiter`](crate::KeyedRateLimiter) (a table of cells) and the guard that
+//! attaches the safety and shaping layers to a check. Uses the engine, safety and shaping.
+
+pub(crate) mod direct;
+pub(crate) mod guard;
+pub(crate) mod keyed;

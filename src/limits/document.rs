@@ -1,0 +1,473 @@
+//! Limits as code (feature `config`; incident 001): one document in TOML, YAML or JSON that
+//! names every policy, validated as a whole, compared with the running one before it ships.
+//!
+//! ```toml
+//! schema = 1
+//! revision = 42                        # the caller's version, an integer
+//! categories = ["checkout", "search"]  # matchers may only name declared categories
+//! tiers = ["free", "paid"]             # and declared tiers
+//!
+//! [[policies]]
+//! name = "paid-checkout"               # unique
+//! match = { tier = "paid", category = "checkout", route = "/v1/checkout/*" }
+//! quota = "100/s"                      # the unit is required
+//! burst = 250                          # optional
+//! shadow = false                       # optional: evaluate and count, never deny
+//! classes = [{ class = 0, reserve = 0.0 }, { class = 2, reserve = 0.5 }]  # optional
+//! retry_budget = { ratio = 0.1, period = "10s", floor = "10/s" }           # optional
+//!
+//! [[acknowledge]]                      # a tightening beyond the guard, on purpose
+//! policy = "paid-checkout"
+//! from = "1000/s"
+//! to = "100/s"
+//! ```
+//!
+//! Policies are a list, not a map keyed by name, because map formats silently keep the last
+//! of two duplicate keys. Loading is two-phase: a lenient parse into a tree that keeps unknown
+//! fields (only a syntax error stops it, with its line and column), then a validator that
+//! collects every error with its path by policy name and a fix hint
+//! (`policies[paid-checkout].quota: missing unit in "10": write "10/s" or "10/min"`).
+
+use std::path::Path;
+
+use crate::engine::error::{ConfigError, ConfigErrorKind, Quoted};
+
+mod change;
+mod diff;
+mod duration;
+mod errors;
+mod fields;
+mod format;
+mod model;
+mod moves;
+mod parse;
+mod validate;
+
+pub use change::{Direction, QuotaChange};
+pub use diff::{Change, Diff, PolicyChange, Tightening, TrafficMove};
+pub use errors::ConfigErrors;
+pub use format::Format;
+pub use model::{Acknowledgement, Matcher, Policy};
+
+/// The tightening factor beyond which a change needs an acknowledgement: 10×.
+pub const DEFAULT_GUARD: f64 = 10.0;
+
+/// A validated limits document (feature `config`): its revision, declared tiers and
+/// categories, policies and acknowledgements. Equal documents compare equal whatever their
+/// format or spelling (quotas compare by meaning).
+///
+/// # The document
+///
+/// TOML, YAML and JSON load the same model:
+///
+/// ```toml
+/// schema = 1                           # required, and 1
+/// revision = 42                        # required: the caller's version, 0 to 2^63 - 1
+/// categories = ["checkout", "search"]  # optional: matchers may only name declared categories
+/// tiers = ["free", "paid"]             # optional: and declared tiers
+///
+/// [[policies]]                         # required (may be empty: `policies = []`)
+/// name = "paid-checkout"               # required, unique
+/// match = { tier = "paid", category = "checkout", route = "/v1/checkout/*" }  # at least one
+/// quota = "100/s"                      # required, with its unit (see `Quota`)
+/// burst = 250                          # optional; an integer, or a size such as "64MiB"
+/// shadow = false                       # optional: evaluate and count, never deny
+///
+/// [[policies]]                         # a byte budget with priority classes and retries
+/// name = "replication"
+/// match = { route = "/replicate/*" }
+/// quota = "2Gbit/s"                    # a byte rate: checks cost bytes
+/// burst = "64MiB"                      # a byte budget's burst is a size with its unit
+/// classes = [{ class = 0, reserve = 0.0 }, { class = 2, reserve = 0.5 }]  # optional
+/// retry_budget = { ratio = 0.1, period = "10s", floor = "10/s" }           # optional
+///
+/// [[acknowledge]]                      # optional: a tightening beyond the guard, on purpose
+/// policy = "paid-checkout"
+/// from = "1000/s"
+/// to = "100/s"
+/// ```
+///
+/// **Priority classes** (`classes`, see [`Priorities`](crate::Priorities)): a list of
+/// `{ class, reserve }`, the class an integer from 0 (most critical) to 255 and the reserve
+/// the share of the burst it leaves to more critical classes, a number in `[0, 1)`. Class 0
+/// is implied with no reserve when not listed; an unlisted class gets the reserve of the
+/// least critical listed one. A class listed twice, a less critical class reserving less
+/// than a more critical one, and a reserve that leaves a class less than one request (or
+/// byte) of the burst are errors. An empty list means no classes.
+///
+/// **Retry budget** (`retry_budget`, see [`RetryBudget`](crate::RetryBudget)): a table of
+/// `ratio` (retries allowed per original, a number from 0 to 1000; default 0.1), `period`
+/// (a duration with its unit — `ms`, `s`, `min`, `h`, `d` — from `"1s"` to `"1d"`; default
+/// `"10s"`) and `floor` (retries always allowed, a request rate that is a whole number per
+/// second such as `"10/s"` or `"600/min"`, `"0/s"` for none; default `"10/s"`), each
+/// optional. As with quotas, a bare number where a unit belongs is an error with a hint:
+/// `period = 10` gives `missing unit in "10": write "10s" or "10min"`.
+///
+/// **Byte budgets** are quotas with a work unit (`"2Gbit/s"`, `"256MiB/s"`); their `burst`
+/// is a size with its own unit (`"64MiB"`), and a unitless byte burst is an error.
+///
+/// Names (of policies, tiers and categories) start with an ASCII letter and have at most 64
+/// letters, digits, `-`, `_` or `.`. A route starts with `/`, is printable ASCII without
+/// spaces, at most 256 bytes, and may end in `*` for a prefix match. Policies are a list, not a
+/// map keyed by name, because map formats silently keep the last of two duplicate keys; a
+/// field given twice in one table is an error for the same reason.
+///
+/// Loading is two-phase: a lenient parse into a tree that keeps unknown fields (only a
+/// syntax error stops it, with its line and column), then a validator that collects every
+/// error with its path by policy name and a fix hint, such as
+/// `policies[paid-checkout].quota: missing unit in "10": write "10/s" or "10/min"` or
+/// `policies[free-search].match.categroy: unknown field; did you mean "category"?`.
+///
+/// ```
+/// use tollgate::Limits;
+///
+/// let limits = Limits::from_yaml(r#"
+/// schema: 1
+/// revision: 3
+/// tiers: [free, paid]
+/// policies:
+///   - name: free
+///     match: { tier: free }
+///     quota: 10/s
+///   - name: paid
+///     match: { tier: paid }
+///     quota: 100/s
+/// "#)?;
+/// assert_eq!(limits.revision(), 3);
+/// assert_eq!(limits.resolve("paid", "search", "/v1/search").unwrap().name(), "paid");
+/// assert_eq!(Limits::from_json(&limits.to_json())?, limits);
+/// # Ok::<(), tollgate::ConfigErrors>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Limits {
+    revision: u64,
+    categories: Vec<String>,
+    tiers: Vec<String>,
+    policies: Vec<Policy>,
+    acknowledgements: Vec<Acknowledgement>,
+}
+
+impl Limits {
+    /// Loads a TOML document.
+    ///
+    /// # Errors
+    ///
+    /// Every problem found, in document order ([`ConfigErrors`]).
+    ///
+    /// ```
+    /// let limits = tollgate::Limits::from_toml("schema = 1\nrevision = 1\npolicies = []\n")?;
+    /// assert!(limits.policies().is_empty());
+    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// ```
+    pub fn from_toml(text: &str) -> Result<Limits, ConfigErrors> {
+        Limits::parse(text, Format::Toml)
+    }
+
+    /// Loads a YAML document.
+    ///
+    /// # Errors
+    ///
+    /// Every problem found, in document order ([`ConfigErrors`]).
+    ///
+    /// ```
+    /// let limits = tollgate::Limits::from_yaml("schema: 1\nrevision: 1\npolicies: []\n")?;
+    /// assert_eq!(limits.revision(), 1);
+    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// ```
+    pub fn from_yaml(text: &str) -> Result<Limits, ConfigErrors> {
+        Limits::parse(text, Format::Yaml)
+    }
+
+    /// Loads a JSON document.
+    ///
+    /// # Errors
+    ///
+    /// Every problem found, in document order ([`ConfigErrors`]).
+    ///
+    /// ```
+    /// let limits = tollgate::Limits::from_json(r#"{"schema": 1, "revision": 1, "policies": []}"#)?;
+    /// assert_eq!(limits.revision(), 1);
+    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// ```
+    pub fn from_json(text: &str) -> Result<Limits, ConfigErrors> {
+        Limits::parse(text, Format::Json)
+    }
+
+    /// Loads a document in the given format.
+    ///
+    /// # Errors
+    ///
+    /// A syntax error alone, or every problem the validator found ([`ConfigErrors`]).
+    ///
+    /// ```
+    /// use tollgate::{Format, Limits};
+    ///
+    /// let limits = Limits::parse("schema = 1\nrevision = 9\npolicies = []\n", Format::Toml)?;
+    /// assert_eq!(limits.revision(), 9);
+    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// ```
+    pub fn parse(text: &str, format: Format) -> Result<Limits, ConfigErrors> {
+        let tree = parse::parse(text, format).map_err(ConfigErrors::one)?;
+        validate::validate(&tree)
+    }
+
+    /// Reads and loads a file, in the format its extension says (see [`Format::from_path`]).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigErrorKind::UnknownFormat`] or [`ConfigErrorKind::Io`], or the document's
+    /// errors.
+    ///
+    /// ```no_run
+    /// let limits = tollgate::Limits::from_path("examples/limits/valid.toml")?;
+    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// ```
+    pub fn from_path(path: impl AsRef<Path>) -> Result<Limits, ConfigErrors> {
+        let path = path.as_ref();
+        let shown = path.display().to_string();
+        let Some(format) = Format::from_path(path) else {
+            let what = format!("unknown format of {}", Quoted(&shown));
+            let hint = "name the file .toml, .yaml, .yml or .json".to_owned();
+            let err = ConfigError::new(ConfigErrorKind::UnknownFormat, "", what, Some(hint));
+            return Err(ConfigErrors::one(err));
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            let what = format!("cannot read {}: {e}", Quoted(&shown));
+            ConfigErrors::one(ConfigError::new(ConfigErrorKind::Io, "", what, None))
+        })?;
+        Limits::parse(&text, format)
+    }
+
+    /// Writes the document as TOML (see [`to_format`](Limits::to_format)).
+    ///
+    /// ```
+    /// # let limits = tollgate::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[{"name":"a","match":{"route":"/"},"quota":"10/s","burst":20}]}"#)?;
+    /// let text = limits.to_toml();
+    /// assert!(text.contains(r#"quota = "10/s;burst=20""#));
+    /// assert_eq!(tollgate::Limits::from_toml(&text)?, limits);
+    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// ```
+    pub fn to_toml(&self) -> String {
+        self.to_format(Format::Toml)
+    }
+
+    /// Writes the document as YAML (see [`to_format`](Limits::to_format)).
+    ///
+    /// ```
+    /// # let limits = tollgate::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[]}"#)?;
+    /// assert_eq!(tollgate::Limits::from_yaml(&limits.to_yaml())?, limits);
+    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// ```
+    pub fn to_yaml(&self) -> String {
+        self.to_format(Format::Yaml)
+    }
+
+    /// Writes the document as pretty JSON (see [`to_format`](Limits::to_format)).
+    ///
+    /// ```
+    /// # let limits = tollgate::Limits::from_toml("schema = 1\nrevision = 1\npolicies = []\n")?;
+    /// assert_eq!(tollgate::Limits::from_json(&limits.to_json())?, limits);
+    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// ```
+    pub fn to_json(&self) -> String {
+        self.to_format(Format::Json)
+    }
+
+    /// Writes the document in `format`: `schema = 1`, the revision, the declared lists, the
+    /// policies (each burst folded into its canonical quota string, `shadow` only when true,
+    /// `classes` with class 0 listed, `retry_budget` with all three fields) and the
+    /// acknowledgements. Loading the text gives back an equal `Limits`.
+    ///
+    /// # Panics
+    ///
+    /// Never: a validated document holds only strings, booleans, integers and finite
+    /// floats that every format can write (the revision is at most `i64::MAX` for this
+    /// reason).
+    ///
+    /// ```
+    /// use tollgate::{Format, Limits};
+    ///
+    /// # let limits = Limits::from_toml("schema = 1\nrevision = 1\npolicies = []\n")?;
+    /// assert_eq!(Limits::parse(&limits.to_format(Format::Yaml), Format::Yaml)?, limits);
+    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// ```
+    pub fn to_format(&self, format: Format) -> String {
+        let doc = model::Document {
+            schema: 1,
+            revision: self.revision,
+            categories: &self.categories,
+            tiers: &self.tiers,
+            policies: &self.policies,
+            acknowledge: &self.acknowledgements,
+        };
+        let text = match format {
+            Format::Toml => toml::to_string(&doc).map_err(|e| e.to_string()),
+            Format::Yaml => serde_yaml::to_string(&doc).map_err(|e| e.to_string()),
+            Format::Json => serde_json::to_string_pretty(&doc).map_err(|e| e.to_string()),
+        };
+        text.unwrap_or_else(|e| panic!("a validated document always serializes as {format}: {e}"))
+    }
+
+    /// The caller's version of the document.
+    ///
+    /// ```
+    /// # let limits = tollgate::Limits::from_toml("schema = 1\nrevision = 42\npolicies = []\n")?;
+    /// assert_eq!(limits.revision(), 42);
+    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// ```
+    pub fn revision(&self) -> u64 {
+        self.revision
+    }
+
+    /// The declared tiers, in document order.
+    ///
+    /// ```
+    /// # let limits = tollgate::Limits::from_toml("schema = 1\nrevision = 1\ntiers = [\"free\"]\npolicies = []\n")?;
+    /// assert_eq!(limits.tiers(), ["free"]);
+    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// ```
+    pub fn tiers(&self) -> &[String] {
+        &self.tiers
+    }
+
+    /// The declared categories, in document order.
+    ///
+    /// ```
+    /// # let limits = tollgate::Limits::from_toml("schema = 1\nrevision = 1\ncategories = [\"search\"]\npolicies = []\n")?;
+    /// assert_eq!(limits.categories(), ["search"]);
+    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// ```
+    pub fn categories(&self) -> &[String] {
+        &self.categories
+    }
+
+    /// The policies, in document order.
+    ///
+    /// ```
+    /// # let limits = tollgate::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[{"name":"a","match":{"route":"/"},"quota":"10/s"}]}"#)?;
+    /// assert_eq!(limits.policies().len(), 1);
+    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// ```
+    pub fn policies(&self) -> &[Policy] {
+        &self.policies
+    }
+
+    /// The policy with this name.
+    ///
+    /// ```
+    /// # let limits = tollgate::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[{"name":"a","match":{"route":"/"},"quota":"10/s"}]}"#)?;
+    /// assert_eq!(limits.policy("a").unwrap().quota(), "10/s".parse()?);
+    /// assert!(limits.policy("b").is_none());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn policy(&self, name: &str) -> Option<&Policy> {
+        self.policies.iter().find(|p| p.name == name)
+    }
+
+    /// The acknowledged tightenings, in document order.
+    ///
+    /// ```
+    /// # let limits = tollgate::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[]}"#)?;
+    /// assert!(limits.acknowledgements().is_empty());
+    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// ```
+    pub fn acknowledgements(&self) -> &[Acknowledgement] {
+        &self.acknowledgements
+    }
+
+    /// The policy for a request, or `None` when no policy matches (the request is not
+    /// limited by this document).
+    ///
+    /// Among the matching policies the most specific wins, compared in this order:
+    ///
+    /// 1. more fields set in `match` (of tier, category, route);
+    /// 2. the route: an exact route above a prefix (`…*`), a longer prefix above a shorter
+    ///    one, any route above none;
+    /// 3. a category above none;
+    /// 4. a tier above none.
+    ///
+    /// Two different matchers that both match a request always differ in one of these, and
+    /// identical matchers are rejected by the validator, so there are no ties: the answer
+    /// does not depend on the order of the policies. The cost is linear in the number of
+    /// policies.
+    ///
+    /// ```
+    /// use tollgate::Limits;
+    ///
+    /// let limits = Limits::from_toml(r#"
+    /// schema = 1
+    /// revision = 1
+    /// tiers = ["paid"]
+    /// categories = ["checkout"]
+    /// [[policies]]
+    /// name = "paid"
+    /// match = { tier = "paid" }
+    /// quota = "100/s"
+    /// [[policies]]
+    /// name = "checkout"
+    /// match = { category = "checkout" }
+    /// quota = "50/s"
+    /// [[policies]]
+    /// name = "v1"
+    /// match = { route = "/v1/*" }
+    /// quota = "20/s"
+    /// [[policies]]
+    /// name = "paid-v1-cards"
+    /// match = { tier = "paid", route = "/v1/cards" }
+    /// quota = "10/s"
+    /// "#)?;
+    /// let name = |t, c, r| limits.resolve(t, c, r).map(|p| p.name());
+    /// assert_eq!(name("paid", "checkout", "/v1/cards"), Some("paid-v1-cards"));
+    /// assert_eq!(name("paid", "checkout", "/v1/pay"), Some("v1")); // route beats category
+    /// assert_eq!(name("paid", "checkout", "/v2/pay"), Some("checkout")); // category beats tier
+    /// assert_eq!(name("free", "search", "/v2/x"), None);
+    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// ```
+    pub fn resolve(&self, tier: &str, category: &str, route: &str) -> Option<&Policy> {
+        self.policies
+            .iter()
+            .filter(|p| p.matcher.matches(tier, category, route))
+            .max_by_key(|p| p.matcher.specificity())
+    }
+
+    /// What changes from `old` to `new`; see [`Diff`].
+    ///
+    /// ```
+    /// # let old = tollgate::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[]}"#)?;
+    /// let diff = tollgate::Limits::diff(&old, &old);
+    /// assert!(diff.is_empty());
+    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// ```
+    pub fn diff(old: &Limits, new: &Limits) -> Diff {
+        Diff::new(old, new)
+    }
+
+    /// Whether `new` may replace `old`: every tightening beyond `guard` (use
+    /// [`DEFAULT_GUARD`]) must be acknowledged in `new`, and a changed document must have a
+    /// higher revision.
+    ///
+    /// # Errors
+    ///
+    /// One [`ConfigErrorKind::UnacknowledgedTightening`] per unacknowledged tightening (its
+    /// hint is the acknowledgement to add), and [`ConfigErrorKind::StaleRevision`].
+    ///
+    /// ```
+    /// use tollgate::{ConfigErrorKind, Limits, DEFAULT_GUARD};
+    ///
+    /// let doc = |quota: &str, revision: u64| format!(
+    ///     "schema = 1\nrevision = {revision}\n[[policies]]\nname = \"api\"\nmatch = {{ route = \"/api/*\" }}\nquota = \"{quota}\"\n"
+    /// );
+    /// let old = Limits::from_toml(&doc("10/s", 1))?;
+    /// let new = Limits::from_toml(&doc("10/min", 2))?;
+    /// let errs = Limits::check_transition(&old, &new, DEFAULT_GUARD).unwrap_err();
+    /// assert_eq!(errs[0].kind(), ConfigErrorKind::UnacknowledgedTightening);
+    /// assert_eq!(errs[0].to_string(), "policies[api].quota: 10/s → 10/min: 60× tighter, beyond the guard of 10×; \
+    ///     acknowledge it in the new document: [[acknowledge]] policy = \"api\", from = \"10/s\", to = \"10/min\"");
+    /// let looser = Limits::from_toml(&doc("20/s", 3))?;
+    /// assert!(Limits::check_transition(&new, &looser, DEFAULT_GUARD).is_ok());
+    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// ```
+    pub fn check_transition(old: &Limits, new: &Limits, guard: f64) -> Result<Diff, ConfigErrors> {
+        diff::check_transition(old, new, guard)
+    }
+}

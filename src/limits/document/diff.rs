@@ -1,0 +1,421 @@
+//! [`Diff`]: what changes between two documents, and which tightenings need an
+//! acknowledgement ([`check_transition`]).
+
+use core::fmt;
+
+use serde::Serialize;
+
+use super::change::{Factor, QuotaChange};
+use super::model::{describe_classes, describe_retry_budget, Matcher, Policy};
+use super::{moves, Limits};
+use crate::engine::error::{ConfigError, ConfigErrorKind};
+use crate::Quota;
+
+use super::ConfigErrors;
+
+/// A value before and after.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct Change<T> {
+    /// Before.
+    pub from: T,
+    /// After.
+    pub to: T,
+}
+
+/// What changed in one policy that both documents have (by name).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[non_exhaustive]
+pub struct PolicyChange {
+    /// The policy's name.
+    pub policy: String,
+    /// The quota change, if the quota changed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quota: Option<QuotaChange>,
+    /// The matcher change, if the matcher changed.
+    #[serde(rename = "match", skip_serializing_if = "Option::is_none")]
+    pub matcher: Option<Change<Matcher>>,
+    /// The shadow flag change, if it changed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shadow: Option<Change<bool>>,
+    /// The priority classes, described (`0 (reserve 0), 2 (reserve 0.5)`, or `none`), if
+    /// they changed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub classes: Option<Change<String>>,
+    /// The retry budget, described (`ratio 0.1 over 10s, floor 10/s`, or `none`), if it
+    /// changed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_budget: Option<Change<String>>,
+}
+
+/// Requests that another policy handles after the change: from `from` to `to` (`None`: no
+/// policy, so not limited), described as a list of request classes such as
+/// `tier=paid category=checkout`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[non_exhaustive]
+pub struct TrafficMove {
+    /// The request classes that move, most general first.
+    pub requests: Vec<String>,
+    /// The policy that handled them before.
+    pub from: Option<String>,
+    /// The policy that handles them after.
+    pub to: Option<String>,
+    /// The quota they had and now have, when both sides are policies with different quotas.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quota: Option<QuotaChange>,
+}
+
+/// A change that makes some requests' quota tighter: a policy's own quota change, or traffic
+/// moving to a tighter policy. An acknowledgement names it by `policy`, `from` and `to`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[non_exhaustive]
+pub struct Tightening {
+    /// The policy whose quota the requests get after the change.
+    pub policy: String,
+    /// The quota before (of the policy the requests came from, for a move).
+    pub from: Quota,
+    /// The quota after.
+    pub to: Quota,
+    /// [`QuotaChange::tightening`]: how much tighter.
+    pub factor: f64,
+    /// For a move, the request classes that move (empty for a policy's own quota change).
+    pub requests: Vec<String>,
+    /// For a move, the policy the requests came from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub moved_from: Option<String>,
+}
+
+impl fmt::Display for Tightening {
+    /// `paid-checkout: 10/s → 10/min, 60× tighter`, and for a move the requests and the
+    /// policy they come from.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let change = QuotaChange::new(self.from, self.to);
+        match &self.moved_from {
+            None => write!(f, "{}: {change}", self.policy),
+            Some(old) => write!(
+                f,
+                "requests of {} move from {old} to {}: {change}",
+                self.requests.join(", "),
+                self.policy
+            ),
+        }
+    }
+}
+
+/// What changes from one document to the next: policies added, removed and changed (by name),
+/// and the traffic that moves from one policy to another.
+///
+/// `Display` writes a table for people; `Serialize` the same for tools (`--format json`).
+///
+/// ```
+/// use tollgate::{Limits, DEFAULT_GUARD};
+///
+/// let doc = |quota: &str, revision: u64| format!(
+///     "schema = 1\nrevision = {revision}\n[[policies]]\nname = \"api\"\nmatch = {{ route = \"/api/*\" }}\nquota = \"{quota}\"\n"
+/// );
+/// let old = Limits::from_toml(&doc("10/s", 1))?;
+/// let new = Limits::from_toml(&doc("10/min", 2))?;
+/// let diff = Limits::diff(&old, &new);
+/// assert_eq!(diff.changed()[0].quota.unwrap().to_string(), "10/s → 10/min: 60× tighter");
+/// assert_eq!(diff.unacknowledged(&new, DEFAULT_GUARD).len(), 1);
+/// assert!(diff.to_string().contains("api"));
+/// # Ok::<(), tollgate::ConfigErrors>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[non_exhaustive]
+pub struct Diff {
+    from_revision: u64,
+    to_revision: u64,
+    added: Vec<Policy>,
+    removed: Vec<Policy>,
+    changed: Vec<PolicyChange>,
+    moves: Vec<TrafficMove>,
+}
+
+impl Diff {
+    pub(super) fn new(old: &Limits, new: &Limits) -> Diff {
+        let added = new
+            .policies
+            .iter()
+            .filter(|p| old.policy(&p.name).is_none())
+            .cloned()
+            .collect();
+        let removed = old
+            .policies
+            .iter()
+            .filter(|p| new.policy(&p.name).is_none())
+            .cloned()
+            .collect();
+        let changed = old
+            .policies
+            .iter()
+            .filter_map(|o| new.policy(&o.name).map(|n| (o, n)))
+            .filter(|(o, n)| o != n)
+            .map(|(o, n)| PolicyChange {
+                policy: o.name.clone(),
+                quota: (o.quota != n.quota).then(|| QuotaChange::new(o.quota, n.quota)),
+                matcher: (o.matcher != n.matcher).then(|| Change {
+                    from: o.matcher.clone(),
+                    to: n.matcher.clone(),
+                }),
+                shadow: (o.shadow != n.shadow).then_some(Change {
+                    from: o.shadow,
+                    to: n.shadow,
+                }),
+                classes: (o.classes != n.classes).then(|| Change {
+                    from: describe_classes(o.classes.as_ref()),
+                    to: describe_classes(n.classes.as_ref()),
+                }),
+                retry_budget: (o.retry_budget != n.retry_budget).then(|| Change {
+                    from: describe_retry_budget(o.retry_budget),
+                    to: describe_retry_budget(n.retry_budget),
+                }),
+            })
+            .collect();
+        Diff {
+            from_revision: old.revision,
+            to_revision: new.revision,
+            added,
+            removed,
+            changed,
+            moves: moves::moves(old, new),
+        }
+    }
+
+    /// Whether nothing changed but (perhaps) the revision.
+    ///
+    /// ```
+    /// # let limits = tollgate::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[]}"#)?;
+    /// assert!(tollgate::Limits::diff(&limits, &limits).is_empty());
+    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// ```
+    pub fn is_empty(&self) -> bool {
+        self.added.is_empty()
+            && self.removed.is_empty()
+            && self.changed.is_empty()
+            && self.moves.is_empty()
+    }
+
+    /// The old and the new document's revisions.
+    ///
+    /// ```
+    /// # let limits = tollgate::Limits::from_json(r#"{"schema":1,"revision":7,"policies":[]}"#)?;
+    /// assert_eq!(tollgate::Limits::diff(&limits, &limits).revisions(), (7, 7));
+    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// ```
+    pub fn revisions(&self) -> (u64, u64) {
+        (self.from_revision, self.to_revision)
+    }
+
+    /// Policies only the new document has.
+    ///
+    /// ```
+    /// # let old = tollgate::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[]}"#)?;
+    /// # let new = tollgate::Limits::from_json(r#"{"schema":1,"revision":2,"policies":[{"name":"a","match":{"route":"/"},"quota":"1/s"}]}"#)?;
+    /// assert_eq!(tollgate::Limits::diff(&old, &new).added()[0].name(), "a");
+    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// ```
+    pub fn added(&self) -> &[Policy] {
+        &self.added
+    }
+
+    /// Policies only the old document has.
+    ///
+    /// ```
+    /// # let old = tollgate::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[{"name":"a","match":{"route":"/"},"quota":"1/s"}]}"#)?;
+    /// # let new = tollgate::Limits::from_json(r#"{"schema":1,"revision":2,"policies":[]}"#)?;
+    /// assert_eq!(tollgate::Limits::diff(&old, &new).removed()[0].name(), "a");
+    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// ```
+    pub fn removed(&self) -> &[Policy] {
+        &self.removed
+    }
+
+    /// Policies both documents have, with what changed in each.
+    ///
+    /// ```
+    /// # let old = tollgate::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[{"name":"a","match":{"route":"/"},"quota":"1/s"}]}"#)?;
+    /// # let new = tollgate::Limits::from_json(r#"{"schema":1,"revision":2,"policies":[{"name":"a","match":{"route":"/"},"quota":"2/s"}]}"#)?;
+    /// let diff = tollgate::Limits::diff(&old, &new);
+    /// assert_eq!(diff.changed()[0].quota.unwrap().factor(), 2.0);
+    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// ```
+    pub fn changed(&self) -> &[PolicyChange] {
+        &self.changed
+    }
+
+    /// The traffic that another policy handles after the change.
+    ///
+    /// ```
+    /// # let old = tollgate::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[{"name":"a","match":{"route":"/"},"quota":"1/s"}]}"#)?;
+    /// # let new = tollgate::Limits::from_json(r#"{"schema":1,"revision":2,"policies":[{"name":"b","match":{"route":"/"},"quota":"1/s"}]}"#)?;
+    /// let diff = tollgate::Limits::diff(&old, &new);
+    /// assert_eq!(diff.moves()[0].requests, ["route=/"]);
+    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// ```
+    pub fn moves(&self) -> &[TrafficMove] {
+        &self.moves
+    }
+
+    /// Every tightening by more than `guard` (a factor; below 1 or NaN counts as 1): quota
+    /// changes of a policy, and traffic moving to a tighter policy. Traffic that had no
+    /// policy (and so no limit) and gets one is listed in [`moves`](Diff::moves) but is not
+    /// a tightening here, or every new policy would need an acknowledgement; the shadow flag
+    /// is not taken into account.
+    ///
+    /// ```
+    /// # let old = tollgate::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[{"name":"a","match":{"route":"/"},"quota":"10/s"}]}"#)?;
+    /// # let new = tollgate::Limits::from_json(r#"{"schema":1,"revision":2,"policies":[{"name":"a","match":{"route":"/"},"quota":"10/min"}]}"#)?;
+    /// let diff = tollgate::Limits::diff(&old, &new);
+    /// assert_eq!(diff.tightenings_beyond(10.0)[0].factor, 60.0);
+    /// assert!(diff.tightenings_beyond(60.0).is_empty());
+    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// ```
+    pub fn tightenings_beyond(&self, guard: f64) -> Vec<Tightening> {
+        let guard = if guard >= 1.0 { guard } else { 1.0 };
+        let own = self.changed.iter().filter_map(|c| {
+            let q = c.quota?;
+            Some(Tightening {
+                policy: c.policy.clone(),
+                from: q.from(),
+                to: q.to(),
+                factor: q.tightening(),
+                requests: Vec::new(),
+                moved_from: None,
+            })
+        });
+        let moved = self.moves.iter().filter_map(|m| {
+            let q = m.quota?;
+            Some(Tightening {
+                policy: m.to.clone()?,
+                from: q.from(),
+                to: q.to(),
+                factor: q.tightening(),
+                requests: m.requests.clone(),
+                moved_from: m.from.clone(),
+            })
+        });
+        own.chain(moved).filter(|t| t.factor > guard).collect()
+    }
+
+    /// The tightenings beyond `guard` that `new`'s `[[acknowledge]]` list does not name
+    /// (by policy, from and to, the quotas compared by meaning).
+    ///
+    /// ```
+    /// # let old = tollgate::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[{"name":"a","match":{"route":"/"},"quota":"10/s"}]}"#)?;
+    /// # let new = tollgate::Limits::from_json(r#"{"schema":1,"revision":2,"policies":[{"name":"a","match":{"route":"/"},"quota":"10/min"}],"acknowledge":[{"policy":"a","from":"10/s","to":"10/min"}]}"#)?;
+    /// let diff = tollgate::Limits::diff(&old, &new);
+    /// assert!(diff.unacknowledged(&new, 10.0).is_empty());
+    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// ```
+    pub fn unacknowledged(&self, new: &Limits, guard: f64) -> Vec<Tightening> {
+        let mut list = self.tightenings_beyond(guard);
+        list.retain(|t| {
+            !new.acknowledgements
+                .iter()
+                .any(|a| a.policy == t.policy && a.from == t.from && a.to == t.to)
+        });
+        list
+    }
+}
+
+impl fmt::Display for Diff {
+    /// One line per change: `added`, `removed`, `changed` (quota, match, shadow, classes,
+    /// retry_budget), `moved`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "revision {} → {}", self.from_revision, self.to_revision)?;
+        if self.is_empty() {
+            return f.write_str("\n  no changes");
+        }
+        for p in &self.added {
+            write!(f, "\n  added    {:<20} {} ({})", p.name, p.quota, p.matcher)?;
+        }
+        for p in &self.removed {
+            write!(f, "\n  removed  {:<20} {} ({})", p.name, p.quota, p.matcher)?;
+        }
+        for c in &self.changed {
+            if let Some(q) = &c.quota {
+                write!(f, "\n  changed  {:<20} quota {q}", c.policy)?;
+            }
+            if let Some(m) = &c.matcher {
+                write!(
+                    f,
+                    "\n  changed  {:<20} match {} → {}",
+                    c.policy, m.from, m.to
+                )?;
+            }
+            if let Some(s) = &c.shadow {
+                write!(
+                    f,
+                    "\n  changed  {:<20} shadow {} → {}",
+                    c.policy, s.from, s.to
+                )?;
+            }
+            if let Some(s) = &c.classes {
+                write!(
+                    f,
+                    "\n  changed  {:<20} classes {} → {}",
+                    c.policy, s.from, s.to
+                )?;
+            }
+            if let Some(s) = &c.retry_budget {
+                write!(
+                    f,
+                    "\n  changed  {:<20} retry_budget {} → {}",
+                    c.policy, s.from, s.to
+                )?;
+            }
+        }
+        for m in &self.moves {
+            let name = |p: &Option<String>| p.clone().unwrap_or_else(|| "(no policy)".into());
+            write!(
+                f,
+                "\n  moved    requests of {} move from {} to {}",
+                m.requests.join(", "),
+                name(&m.from),
+                name(&m.to)
+            )?;
+            if let Some(q) = &m.quota {
+                write!(f, ": {q}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// [`Limits::check_transition`]: the stale revision and every unacknowledged tightening.
+pub(super) fn check_transition(
+    old: &Limits,
+    new: &Limits,
+    guard: f64,
+) -> Result<Diff, ConfigErrors> {
+    let diff = Diff::new(old, new);
+    let mut errors = Vec::new();
+    if !diff.is_empty() && new.revision <= old.revision {
+        let what = format!(
+            "revision {} is not above the running revision {}",
+            new.revision, old.revision
+        );
+        let hint = format!("raise `revision` above {}", old.revision);
+        let kind = ConfigErrorKind::StaleRevision;
+        errors.push(ConfigError::new(kind, "revision", what, Some(hint)));
+    }
+    for t in diff.unacknowledged(new, guard) {
+        let change = QuotaChange::new(t.from, t.to);
+        let (path, what) = match &t.moved_from {
+            None => (format!("policies[{}].quota", t.policy), change.to_string()),
+            Some(_) => (format!("policies[{}].match", t.policy), t.to_string()),
+        };
+        let guard = Factor(if guard >= 1.0 { guard } else { 1.0 });
+        let what = format!("{what}, beyond the guard of {guard}");
+        let hint = format!(
+                "acknowledge it in the new document: [[acknowledge]] policy = \"{}\", from = \"{}\", to = \"{}\"",
+                t.policy, t.from, t.to
+            );
+        let kind = ConfigErrorKind::UnacknowledgedTightening;
+        errors.push(ConfigError::new(kind, path, what, Some(hint)));
+    }
+    match ConfigErrors::from_vec(errors) {
+        None => Ok(diff),
+        Some(errors) => Err(errors),
+    }
+}

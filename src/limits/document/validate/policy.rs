@@ -1,0 +1,259 @@
+//! The validator's walk over `policies`: names, matchers, quotas and bursts, then the checks
+//! across policies (duplicate names, overlapping matchers).
+
+use std::collections::HashMap;
+
+use super::{join, Declared, Draft, Walk};
+use crate::engine::error::{ConfigError, ConfigErrorKind as Kind, Quoted};
+use crate::limits::document::fields::{
+    check_name, check_route, did_you_mean, parse_quota, quota_error, MATCH_FIELDS, POLICY_FIELDS,
+};
+use crate::limits::document::model::Matcher;
+use crate::limits::document::parse::Node;
+use crate::{Quota, QuotaErrorKind};
+
+impl Walk {
+    pub(super) fn policies(
+        &mut self,
+        items: &[Node],
+        tiers: &Declared,
+        categories: &Declared,
+    ) -> Vec<Draft> {
+        let raw: Vec<Option<&str>> = items.iter().map(raw_name).collect();
+        let mut count: HashMap<&str, usize> = HashMap::new();
+        for name in raw.iter().flatten() {
+            *count.entry(name).or_default() += 1;
+        }
+        // a policy is named in paths when its name identifies it, else by 0-based index
+        let labels: Vec<String> = raw
+            .iter()
+            .enumerate()
+            .map(|(i, name)| match name {
+                Some(name) if count[name] == 1 => format!("policies[{name}]"),
+                _ => format!("policies[{i}]"),
+            })
+            .collect();
+        let drafts: Vec<Draft> = items
+            .iter()
+            .zip(&labels)
+            .map(|(item, label)| self.policy(item, label, tiers, categories))
+            .collect();
+        let mut first_name: HashMap<&str, &str> = HashMap::new();
+        let mut first_match: HashMap<&Matcher, &str> = HashMap::new();
+        for (draft, label) in drafts.iter().zip(&labels) {
+            if let Some(name) = draft.name.as_deref() {
+                if let Some(first) = first_name.insert(name, label) {
+                    first_name.insert(name, first);
+                    let what = format!("duplicate name {}: {first} has it too", Quoted(name));
+                    let hint = "give each policy a unique name";
+                    self.error(Kind::DuplicateName, &join(label, "name"), what, hint);
+                }
+            }
+            if let Some(matcher) = &draft.matcher {
+                if let Some(first) = first_match.insert(matcher, label) {
+                    first_match.insert(matcher, first);
+                    let what = format!("matches exactly the same requests as {first}");
+                    let hint = "merge the two policies, or make one match more specific";
+                    let path = join(label, "match");
+                    self.error(Kind::OverlappingMatchers, &path, what, hint);
+                }
+            }
+        }
+        drafts
+    }
+
+    fn policy(&mut self, node: &Node, path: &str, tiers: &Declared, cats: &Declared) -> Draft {
+        let mut draft = Draft {
+            name: None,
+            matcher: None,
+            quota: None,
+            shadow: false,
+            classes: None,
+            retry_budget: None,
+        };
+        let Some(table) = self.table(node, path, POLICY_FIELDS) else {
+            return draft;
+        };
+        let name_path = join(path, "name");
+        match table.get("name") {
+            None => self.missing(&name_path, "add `name`, unique in the document"),
+            Some(node) => {
+                if let Some(name) = self.string(node, &name_path, "write the name as a string") {
+                    match check_name(name, &name_path) {
+                        Ok(()) => draft.name = Some(name.to_owned()),
+                        Err(e) => self.errors.push(e),
+                    }
+                }
+            }
+        }
+        let match_path = join(path, "match");
+        match table.get("match") {
+            None => self.missing(
+                &match_path,
+                "add `match` with a tier, a category or a route",
+            ),
+            Some(node) => draft.matcher = self.matcher(node, &match_path, tiers, cats),
+        }
+        let quota_path = join(path, "quota");
+        match table.get("quota") {
+            None => self.missing(&quota_path, r#"add a quota with its unit, such as "100/s""#),
+            Some(node) => match parse_quota(node, &quota_path) {
+                Ok(quota) => draft.quota = Some(quota),
+                Err(e) => self.errors.push(e),
+            },
+        }
+        if let Some(burst) = table.get("burst") {
+            let written = match table.get("quota") {
+                Some(Node::Str(q)) if draft.quota.is_some() => Some(q.as_str()),
+                _ => None,
+            };
+            draft.quota = self.burst(burst, written, &join(path, "burst"));
+        }
+        match table.get("shadow") {
+            None => {}
+            Some(Node::Bool(b)) => draft.shadow = *b,
+            Some(other) => {
+                let hint = "write `shadow = true` or `shadow = false`";
+                self.wrong_type(&join(path, "shadow"), "a boolean", other, hint);
+            }
+        }
+        if let Some(node) = table.get("classes") {
+            draft.classes = self.classes(node, &join(path, "classes"));
+            if let (Some(quota), Some(classes)) = (draft.quota, &draft.classes) {
+                self.class_capacity(quota, classes, path);
+            }
+        }
+        if let Some(node) = table.get("retry_budget") {
+            draft.retry_budget = self.retry_budget(node, &join(path, "retry_budget"));
+        }
+        draft
+    }
+
+    /// Applies `burst` to the quota string `written` (`None` when the quota had an error).
+    fn burst(&mut self, node: &Node, written: Option<&str>, path: &str) -> Option<Quota> {
+        let text = match node {
+            Node::Int(n) => n.to_string(),
+            Node::Str(s) => s.clone(),
+            other => {
+                let hint = r#"write an integer, or a size such as "64MiB" for a byte budget"#;
+                self.wrong_type(path, "an integer or a size", other, hint);
+                return None;
+            }
+        };
+        let written = written?;
+        if written.contains(';') {
+            let what = format!(
+                "burst given twice: in the quota {} and in `burst`",
+                Quoted(written)
+            );
+            let kind = Kind::Quota(QuotaErrorKind::DuplicateBurst);
+            self.error(kind, path, what, "remove one of them");
+            return None;
+        }
+        let combined = format!("{written};burst={text}");
+        match combined.parse() {
+            Ok(quota) => Some(quota),
+            Err(e) => {
+                self.errors.push(quota_error(path, &combined, &e));
+                None
+            }
+        }
+    }
+
+    fn matcher(
+        &mut self,
+        node: &Node,
+        path: &str,
+        tiers: &Declared,
+        cats: &Declared,
+    ) -> Option<Matcher> {
+        let table = self.table(node, path, MATCH_FIELDS)?;
+        let mut ok = true;
+        let mut field = |walk: &mut Walk, key: &str, declared: Option<(&Declared, &str)>| {
+            let node = table.get(key)?;
+            let at = join(path, key);
+            let hint = "write it as a string; leave the field out to match any";
+            let Some(value) = walk.string(node, &at, hint) else {
+                ok = false;
+                return None;
+            };
+            let checked = match declared {
+                Some((declared, list)) => {
+                    check_name(value, &at).and_then(|()| check_declared(value, declared, list, &at))
+                }
+                None => check_route(value, &at),
+            };
+            match checked {
+                Ok(()) => Some(value.to_owned()),
+                Err(e) => {
+                    walk.errors.push(e);
+                    ok = false;
+                    None
+                }
+            }
+        };
+        let matcher = Matcher {
+            tier: field(self, "tier", Some((tiers, "tiers"))),
+            category: field(self, "category", Some((cats, "categories"))),
+            route: field(self, "route", None),
+        };
+        if !ok {
+            return None;
+        }
+        if matcher.is_empty() {
+            let hint = r#"match at least one of tier, category and route (route "/*" matches every route)"#;
+            self.error(Kind::EmptyMatcher, path, "empty matcher", hint);
+            return None;
+        }
+        Some(matcher)
+    }
+}
+
+/// The name a policy would be labelled by: its `name`, if it is a valid name.
+fn raw_name(node: &Node) -> Option<&str> {
+    let Node::Map(entries) = node else {
+        return None;
+    };
+    entries.iter().find_map(|(k, v)| match (k, v) {
+        (Node::Str(k), Node::Str(v)) if k == "name" && check_name(v, "").is_ok() => {
+            Some(v.as_str())
+        }
+        _ => None,
+    })
+}
+
+fn check_declared(
+    value: &str,
+    declared: &Declared,
+    list: &str,
+    path: &str,
+) -> Result<(), ConfigError> {
+    let Some(declared) = declared else {
+        return Ok(());
+    };
+    if declared.iter().any(|d| d == value) {
+        return Ok(());
+    }
+    let names: Vec<&str> = declared.iter().map(String::as_str).collect();
+    let hint = match did_you_mean(value, &names) {
+        Some(near) => format!("did you mean \"{near}\"?"),
+        None => format!("declare it in `{list}`"),
+    };
+    let singular = if list == "tiers" { "tier" } else { "category" };
+    let what = format!("undeclared {singular} {}", Quoted(value));
+    Err(ConfigError::new(Kind::Undeclared, path, what, Some(hint)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_come_from_valid_names_only() {
+        let named =
+            |name: &str| Node::Map(vec![(Node::Str("name".into()), Node::Str(name.into()))]);
+        assert_eq!(raw_name(&named("a")), Some("a"));
+        assert_eq!(raw_name(&named("a]")), None);
+        assert_eq!(raw_name(&Node::List(vec![])), None);
+    }
+}

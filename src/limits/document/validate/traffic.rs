@@ -1,0 +1,278 @@
+//! The validator's walk over a policy's priority `classes` and `retry_budget` (incident 003).
+
+use super::{join, Walk};
+use crate::engine::error::{ConfigErrorKind as Kind, Quoted};
+use crate::limits::document::duration::parse_duration;
+use crate::limits::document::fields::{parse_quota, CLASS_FIELDS, RETRY_BUDGET_FIELDS};
+use crate::limits::document::parse::Node;
+use crate::shaping::priority::{Priorities, PriorityError};
+use crate::shaping::retry::RetryBudget;
+use crate::Quota;
+
+/// The shortest retry-budget period: the budget keeps tenths of it, of at least 100 ms.
+const MIN_PERIOD_SECS: u64 = 1;
+/// The longest retry-budget period.
+const MAX_PERIOD_SECS: u64 = 86_400;
+/// The largest retry ratio ([`RetryBudget::with_ratio`] clamps there).
+const MAX_RATIO: f64 = 1_000.0;
+const NANOS_PER_SEC: u128 = 1_000_000_000;
+
+impl Walk {
+    /// `classes = [{ class = 0, reserve = 0.0 }, { class = 2, reserve = 0.5 }]`; an empty
+    /// list is no classes.
+    pub(super) fn classes(&mut self, node: &Node, path: &str) -> Option<Priorities> {
+        const HINT: &str =
+            "write a list such as [{ class = 0, reserve = 0.0 }, { class = 2, reserve = 0.5 }]";
+        let Node::List(items) = node else {
+            self.wrong_type(path, "a list of classes", node, HINT);
+            return None;
+        };
+        let mut entries: Vec<(u8, f64)> = Vec::with_capacity(items.len());
+        let mut ok = true;
+        for (i, item) in items.iter().enumerate() {
+            let at = format!("{path}[{i}]");
+            match self.class(item, &at) {
+                Some(entry) => entries.push(entry),
+                None => ok = false,
+            }
+        }
+        if !ok {
+            return None;
+        }
+        if entries.is_empty() {
+            return None;
+        }
+        let entry_path = |class: u8, nth: usize, field: &str| {
+            let i = entries
+                .iter()
+                .enumerate()
+                .filter(|(_, (c, _))| *c == class)
+                .nth(nth)
+                .map_or(0, |(i, _)| i);
+            format!("{path}[{i}].{field}")
+        };
+        match Priorities::new(entries.iter().copied()) {
+            Ok(p) => return Some(p),
+            Err(PriorityError::Share { class, .. }) => {
+                // Checked per entry above; kept for a future rule of `Priorities::new`.
+                let hint = "a reserve is a share of the burst in [0, 1), such as 0.5";
+                let what = format!("invalid reserve of class {class}");
+                self.error(
+                    Kind::InvalidValue,
+                    &entry_path(class, 0, "reserve"),
+                    what,
+                    hint,
+                );
+            }
+            Err(e @ PriorityError::Duplicate { class }) => {
+                let hint = "list each class once";
+                self.error(Kind::InvalidValue, &entry_path(class, 1, "class"), e, hint);
+            }
+            Err(e @ PriorityError::Inverted { class, above }) => {
+                let hint = format!(
+                    "a less critical class (a higher number) must reserve at least as much: \
+                     raise class {class}'s reserve or lower class {above}'s"
+                );
+                self.error(
+                    Kind::InvalidValue,
+                    &entry_path(class, 0, "reserve"),
+                    e,
+                    &hint,
+                );
+            }
+        }
+        None
+    }
+
+    /// One `{ class = 2, reserve = 0.5 }`.
+    fn class(&mut self, node: &Node, path: &str) -> Option<(u8, f64)> {
+        let table = self.table(node, path, CLASS_FIELDS)?;
+        let class_path = join(path, "class");
+        let class = match table.get("class") {
+            None => {
+                self.missing(&class_path, "add `class`, from 0 (most critical) to 255");
+                None
+            }
+            Some(Node::Int(n)) => match u8::try_from(*n) {
+                Ok(c) => Some(c),
+                Err(_) => {
+                    let what = format!("class {n} is not in 0..=255");
+                    let hint = "a class is an integer from 0 (most critical) to 255";
+                    self.error(Kind::InvalidValue, &class_path, what, hint);
+                    None
+                }
+            },
+            Some(other) => {
+                let hint = "a class is an integer from 0 (most critical) to 255";
+                self.wrong_type(&class_path, "an integer", other, hint);
+                None
+            }
+        };
+        let reserve_path = join(path, "reserve");
+        const RESERVE: &str =
+            "a reserve is the share of the burst left to more critical classes, in [0, 1), such as 0.5";
+        let reserve = match table.get("reserve") {
+            None => {
+                self.missing(&reserve_path, RESERVE);
+                None
+            }
+            Some(node) => match number(node) {
+                Some(r) if (0.0..1.0).contains(&r) => Some(r),
+                Some(r) => {
+                    let what = format!("reserve {r} is not in [0, 1)");
+                    self.error(Kind::InvalidValue, &reserve_path, what, RESERVE);
+                    None
+                }
+                None => {
+                    self.wrong_type(&reserve_path, "a number", node, RESERVE);
+                    None
+                }
+            },
+        };
+        Some((class?, reserve?))
+    }
+
+    /// Each listed class must be able to send at least one unit: a reserve that leaves a
+    /// class less than one request (or byte) of the burst would make its every check an
+    /// `InsufficientCapacity`.
+    pub(super) fn class_capacity(&mut self, quota: Quota, classes: &Priorities, path: &str) {
+        let p = quota.params();
+        for (class, reserve) in classes.classes() {
+            let capacity = p.units_in(classes.reserve_of(class).tolerance(p.tau));
+            if capacity == 0 {
+                let unit = if quota.is_bytes() { "byte" } else { "request" };
+                let what = format!(
+                    "class {class} can never send: a reserve of {reserve} leaves it less than one \
+                     {unit} of the burst of {}",
+                    quota.burst()
+                );
+                let hint = "lower the reserve, or raise the burst";
+                self.error(Kind::InvalidValue, &join(path, "classes"), what, hint);
+            }
+        }
+    }
+
+    /// `retry_budget = { ratio = 0.1, period = "10s", floor = "10/s" }`; each field optional
+    /// (defaults: 0.1, `"10s"`, `"10/s"`).
+    pub(super) fn retry_budget(&mut self, node: &Node, path: &str) -> Option<RetryBudget> {
+        let table = self.table(node, path, RETRY_BUDGET_FIELDS)?;
+        let mut budget = RetryBudget::new();
+        let mut ok = true;
+        if let Some(node) = table.get("ratio") {
+            let at = join(path, "ratio");
+            const RATIO: &str =
+                "the ratio is the retries allowed per original, from 0 to 1000, such as 0.1 for 10 %";
+            match number(node) {
+                Some(r) if (0.0..=MAX_RATIO).contains(&r) => budget = budget.with_ratio(r),
+                Some(r) => {
+                    self.error(
+                        Kind::InvalidValue,
+                        &at,
+                        format!("ratio {r} is out of range"),
+                        RATIO,
+                    );
+                    ok = false;
+                }
+                None => {
+                    self.wrong_type(&at, "a number", node, RATIO);
+                    ok = false;
+                }
+            }
+        }
+        if let Some(node) = table.get("period") {
+            let at = join(path, "period");
+            match parse_duration(node, &at) {
+                Ok(d) if d.as_secs() < MIN_PERIOD_SECS => {
+                    let what = format!("period {d:?} is below 1s");
+                    let hint = r#"a retry budget's period is at least "1s""#;
+                    self.error(Kind::InvalidValue, &at, what, hint);
+                    ok = false;
+                }
+                Ok(d) if d.as_nanos() > u128::from(MAX_PERIOD_SECS) * NANOS_PER_SEC => {
+                    let what = format!("period {d:?} is above 1d");
+                    let hint = r#"a retry budget's period is at most "1d""#;
+                    self.error(Kind::InvalidValue, &at, what, hint);
+                    ok = false;
+                }
+                Ok(d) => budget = budget.with_period(d),
+                Err(e) => {
+                    self.errors.push(e);
+                    ok = false;
+                }
+            }
+        }
+        if let Some(node) = table.get("floor") {
+            match self.floor(node, &join(path, "floor")) {
+                Some(per_sec) => budget = budget.with_floor(per_sec),
+                None => ok = false,
+            }
+        }
+        ok.then_some(budget)
+    }
+
+    /// A floor: a request rate that is a whole number of retries per second (`"10/s"`,
+    /// `"600/min"`), or `"0/s"` for none.
+    fn floor(&mut self, node: &Node, path: &str) -> Option<u32> {
+        const FLOOR: &str =
+            r#"a floor is the retries always allowed, such as "10/s" ("0/s" for none)"#;
+        if let Node::Str(s) = node {
+            if let Some(rest) = s.strip_prefix("0/") {
+                return match format!("1/{rest}").parse::<Quota>() {
+                    Ok(q) if !q.is_bytes() && !rest.contains(';') => Some(0),
+                    _ => {
+                        let what = format!("invalid floor {}", Quoted(s));
+                        self.error(Kind::InvalidValue, path, what, FLOOR);
+                        None
+                    }
+                };
+            }
+        }
+        let quota = match parse_quota(node, path) {
+            Ok(q) => q,
+            Err(e) => {
+                self.errors.push(e);
+                return None;
+            }
+        };
+        let written = match node {
+            Node::Str(s) => s.as_str(),
+            _ => "",
+        };
+        if quota.is_bytes() || written.contains(';') {
+            let what = format!("floor {} is not a plain request rate", Quoted(written));
+            let hint =
+                r#"a floor counts retries, not bytes, and has no burst: write such as "10/s""#;
+            self.error(Kind::InvalidValue, path, what, hint);
+            return None;
+        }
+        let per_sec = u128::from(quota.count()) * NANOS_PER_SEC;
+        let period = quota.period().as_nanos();
+        match u32::try_from(per_sec / period) {
+            Ok(n) if per_sec % period == 0 => Some(n),
+            Ok(_) => {
+                let what = format!(
+                    "floor {} is not a whole number of retries per second",
+                    Quoted(written)
+                );
+                let hint = r#"write it per second, such as "1/s""#;
+                self.error(Kind::InvalidValue, path, what, hint);
+                None
+            }
+            Err(_) => {
+                let what = format!("floor {} is too large", Quoted(written));
+                let hint = "a floor is at most 4294967295 retries per second";
+                self.error(Kind::InvalidValue, path, what, hint);
+                None
+            }
+        }
+    }
+}
+
+/// An integer or a float, as a float (NaN is not a number here).
+fn number(node: &Node) -> Option<f64> {
+    match node {
+        Node::Int(n) => Some(*n as f64),
+        Node::Float(x) if !x.is_nan() => Some(*x),
+        _ => None,
+    }
+}

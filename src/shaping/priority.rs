@@ -1,0 +1,255 @@
+//! Priority classes (DESIGN §8, incident 003): classes share one cell, and each class keeps a
+//! share of the burst in reserve for the classes above it.
+//!
+//! A class `c` with reserve `r_c` sees the tolerance `τ_c = ⌊τ·(1 − r_c)⌋` on the cell's own
+//! TAT: it is allowed iff `max(tat, now) + w − now ≤ τ_c`. The clamp before the step still
+//! uses the full τ, so a check of a low class never lowers a TAT that a critical class left
+//! between `now + τ_c` and `now + τ`. A low-class allow therefore leaves the TAT at most
+//! `now + τ_c` ahead: the last `r_c·τ` of the burst is used only by more critical classes.
+
+use crate::engine::error::InsufficientCapacity;
+use crate::engine::gcra::Params;
+
+/// One million: reserves are kept in parts per million of τ.
+const PPM: u32 = 1_000_000;
+
+/// Priority classes on one cell: the share of the burst each class leaves to the classes
+/// above it (class 0 is the most critical).
+///
+/// Attach them with [`RateLimiterBuilder::priorities`](crate::RateLimiterBuilder::priorities)
+/// or [`KeyedRateLimiterBuilder::priorities`](crate::KeyedRateLimiterBuilder::priorities), and
+/// choose a class per check with [`Check::class`](crate::Check::class). A plain
+/// [`check`](crate::RateLimiter::check) is class 0.
+///
+/// * A class listed with reserve `r` sees `(1 − r)` of the tolerance τ (the burst, in time):
+///   `Priorities::new([(0, 0.0), (1, 0.2), (2, 0.5)])` lets class 1 fill the cell up to 80 %
+///   and class 2 up to 50 %, so class 0 always finds at least half the burst.
+/// * Class 0 is always configured: if it is not listed it has no reserve (the whole burst).
+/// * A class that is not listed gets the reserve of the *least critical* listed class (the
+///   highest number): unknown traffic is background traffic.
+/// * A cost above a class's own capacity (`⌊τ_c / T⌋` units; for byte budgets the bytes that
+///   weigh at most `τ_c`) is [`InsufficientCapacity`] with that capacity.
+/// * Reserves are a share of the burst, not of the rate: in steady state every class may use
+///   the whole rate when the others are idle. They follow [`set_quota`](crate::RateLimiter::set_quota).
+/// * While the limiter passes traffic through (a fault detector or watchdog tripped), classes
+///   are not applied: the pass-through ceiling applies to every class alike.
+///
+/// ```
+/// use tollgate::{Check, ManualClock, Priorities, RateLimiter};
+///
+/// let classes = Priorities::new([(0, 0.0), (1, 0.2), (2, 0.5)])?;
+/// let lim = RateLimiter::builder("10/s".parse()?)
+///     .clock(ManualClock::new())
+///     .priorities(classes)
+///     .build();
+/// // Background traffic (class 2) stops at half the burst ...
+/// assert!(lim.check_with(Check::cost(5).class(2))?.is_permitted());
+/// assert!(!lim.check_with(Check::cost(1).class(2))?.is_permitted());
+/// // ... and critical traffic still finds the other half.
+/// assert!(lim.check_with(Check::cost(5).class(0))?.is_permitted());
+/// // Class 2 can never ask for more than its own capacity.
+/// assert_eq!(lim.check_with(Check::cost(6).class(2)).unwrap_err().capacity(), 5);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Priorities {
+    /// `(class, reserve in ppm of τ)`, sorted by class, class 0 first, reserves
+    /// non-decreasing.
+    classes: Vec<(u8, u32)>,
+}
+
+impl Priorities {
+    /// Classes from `(class, reserve)` pairs, the reserve a share of the burst in `[0, 1)`.
+    ///
+    /// Shares are kept to parts per million (rounded to nearest).
+    ///
+    /// # Errors
+    ///
+    /// [`PriorityError`] if a reserve is not in `[0, 1)`, a class is listed twice, or a less
+    /// critical class (higher number) reserves less than a more critical one.
+    ///
+    /// ```
+    /// use tollgate::{Priorities, PriorityError};
+    ///
+    /// let p = Priorities::new([(1, 0.2), (2, 0.5)])?;
+    /// assert_eq!(p.reserve(0), 0.0); // class 0 is implied, with no reserve
+    /// assert_eq!(p.reserve(7), 0.5); // unknown classes: the least critical one's reserve
+    /// assert!(matches!(Priorities::new([(1, 1.0)]), Err(PriorityError::Share { .. })));
+    /// # Ok::<(), PriorityError>(())
+    /// ```
+    pub fn new(classes: impl IntoIterator<Item = (u8, f64)>) -> Result<Self, PriorityError> {
+        let mut list = Vec::new();
+        for (class, share) in classes {
+            let ppm = to_ppm(share).ok_or(PriorityError::Share { class, share })?;
+            list.push((class, ppm));
+        }
+        list.sort_by_key(|&(class, _)| class);
+        if let Some(w) = list.windows(2).find(|w| w[0].0 == w[1].0) {
+            return Err(PriorityError::Duplicate { class: w[0].0 });
+        }
+        if list.first().is_none_or(|&(class, _)| class != 0) {
+            list.insert(0, (0, 0));
+        }
+        if let Some(w) = list.windows(2).find(|w| w[1].1 < w[0].1) {
+            return Err(PriorityError::Inverted {
+                class: w[1].0,
+                above: w[0].0,
+            });
+        }
+        Ok(Self { classes: list })
+    }
+
+    /// The share of the burst `class` leaves to more critical classes (after the fallback for
+    /// unlisted classes).
+    ///
+    /// ```
+    /// use tollgate::Priorities;
+    ///
+    /// let p = Priorities::new([(0, 0.0), (3, 0.25)])?;
+    /// assert_eq!(p.reserve(3), 0.25);
+    /// assert_eq!(p.reserve(1), 0.25);
+    /// # Ok::<(), tollgate::PriorityError>(())
+    /// ```
+    pub fn reserve(&self, class: u8) -> f64 {
+        f64::from(self.reserve_of(class).0) / f64::from(PPM)
+    }
+
+    /// The classes as configured, most critical first, with their reserves (class 0
+    /// included).
+    ///
+    /// ```
+    /// use tollgate::Priorities;
+    ///
+    /// let p = Priorities::new([(2, 0.5)])?;
+    /// assert_eq!(p.classes().collect::<Vec<_>>(), [(0, 0.0), (2, 0.5)]);
+    /// # Ok::<(), tollgate::PriorityError>(())
+    /// ```
+    pub fn classes(&self) -> impl Iterator<Item = (u8, f64)> + '_ {
+        self.classes
+            .iter()
+            .map(|&(c, ppm)| (c, f64::from(ppm) / f64::from(PPM)))
+    }
+
+    #[inline]
+    pub(crate) fn reserve_of(&self, class: u8) -> Reserve {
+        let ppm = match self.classes.binary_search_by_key(&class, |&(c, _)| c) {
+            Ok(i) => self.classes[i].1,
+            // Never empty: class 0 is always present.
+            Err(_) => self.classes.last().map_or(0, |&(_, ppm)| ppm),
+        };
+        Reserve(ppm)
+    }
+}
+
+fn to_ppm(share: f64) -> Option<u32> {
+    if !(0.0..1.0).contains(&share) {
+        return None;
+    }
+    // share ∈ [0, 1): the product is in [0, 10^6], an exact conversion after rounding.
+    let ppm = (share * f64::from(PPM)).round() as u32;
+    (ppm < PPM).then_some(ppm)
+}
+
+/// A mistake in a [`Priorities`] list.
+///
+/// ```
+/// use tollgate::{Priorities, PriorityError};
+///
+/// let err = Priorities::new([(1, 0.5), (2, 0.2)]).unwrap_err();
+/// assert_eq!(err, PriorityError::Inverted { class: 2, above: 1 });
+/// assert_eq!(err.to_string(), "class 2 reserves less than the more critical class 1");
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PriorityError {
+    /// A reserve outside `[0, 1)` (or NaN).
+    #[error("reserve {share} of class {class} is not in [0, 1)")]
+    Share {
+        /// The class.
+        class: u8,
+        /// The reserve as given.
+        share: f64,
+    },
+    /// A class listed twice.
+    #[error("class {class} is listed twice")]
+    Duplicate {
+        /// The class.
+        class: u8,
+    },
+    /// A less critical class that reserves less than a more critical one: it would reach into
+    /// the reserve kept for the class above it.
+    #[error("class {class} reserves less than the more critical class {above}")]
+    Inverted {
+        /// The less critical class.
+        class: u8,
+        /// The more critical class with the larger reserve.
+        above: u8,
+    },
+}
+
+/// The reserve of one class, in parts per million of τ; 0 means the whole tolerance.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Reserve(u32);
+
+impl Reserve {
+    /// No reserve: the whole tolerance (class 0, or no classes configured).
+    pub(crate) const NONE: Reserve = Reserve(0);
+
+    /// `τ_c = ⌊τ·(10^6 − r)/10^6⌋`: rounded down, so a class never reaches into the reserve.
+    #[inline]
+    pub(crate) fn tolerance(self, tau: u64) -> u64 {
+        if self.0 == 0 {
+            return tau;
+        }
+        let keep = u128::from(tau) * u128::from(PPM - self.0) / u128::from(PPM);
+        // keep ≤ tau.
+        keep as u64
+    }
+}
+
+/// The weight of `cost` units for a class of tolerance `tol`, or the class's capacity as an
+/// [`InsufficientCapacity`].
+#[inline]
+pub(crate) fn weight_within(p: &Params, cost: u64, tol: u64) -> Result<u64, InsufficientCapacity> {
+    match p.weight(cost) {
+        Some(w) if w <= tol => Ok(w),
+        _ => Err(InsufficientCapacity::new(cost, p.units_in(tol))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tolerance_rounds_down_and_keeps_class_zero_whole() {
+        assert_eq!(Reserve::NONE.tolerance(1_000), 1_000);
+        assert_eq!(Reserve(200_000).tolerance(1_000), 800);
+        assert_eq!(Reserve(333_333).tolerance(10), 6);
+        assert_eq!(Reserve(999_999).tolerance(u64::MAX), u64::MAX / 1_000_000);
+    }
+
+    #[test]
+    fn lists_are_validated() {
+        assert!(matches!(
+            Priorities::new([(0, f64::NAN)]),
+            Err(PriorityError::Share { class: 0, .. })
+        ));
+        assert!(matches!(
+            Priorities::new([(1, -0.1)]),
+            Err(PriorityError::Share { class: 1, .. })
+        ));
+        assert_eq!(
+            Priorities::new([(1, 0.1), (1, 0.2)]),
+            Err(PriorityError::Duplicate { class: 1 })
+        );
+        assert_eq!(
+            Priorities::new([(0, 0.3), (1, 0.2)]),
+            Err(PriorityError::Inverted { class: 1, above: 0 })
+        );
+        let p = Priorities::new([(0, 0.1), (4, 0.5)]).unwrap(); // a test: a panic is its failure
+        assert_eq!(p.reserve_of(0), Reserve(100_000));
+        assert_eq!(p.reserve_of(2), Reserve(500_000));
+        assert_eq!(p.reserve_of(255), Reserve(500_000));
+    }
+}
