@@ -44,10 +44,11 @@ mod parse;
 mod validate;
 
 pub use change::{Direction, QuotaChange};
-pub use diff::{Change, Diff, PolicyChange, Tightening, TrafficMove};
+pub use diff::{Change, Diff, PolicyChange, Tightening};
 pub use errors::ConfigErrors;
 pub use format::Format;
 pub use model::{Acknowledgement, Matcher, Policy};
+pub use moves::TrafficMove;
 
 /// The tightening factor beyond which a change needs an acknowledgement: 10×.
 pub const DEFAULT_GUARD: f64 = 10.0;

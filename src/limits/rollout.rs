@@ -148,7 +148,7 @@ impl Rollout {
         old: Limits,
         new: Limits,
         clock: impl Into<Clock>,
-    ) -> Result<Self, crate::ConfigErrors> {
+    ) -> Result<Self, crate::limits::document::ConfigErrors> {
         Self::builder(old, new).clock(clock).build()
     }
 

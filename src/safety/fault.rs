@@ -406,7 +406,7 @@ fn is_shadow_denied(v: &Verdict) -> bool {
     match v {
         Verdict::Allow(_) => false,
         Verdict::Deny(_) => true,
-        Verdict::PassThrough(p) => p.shadow() == crate::Shadow::Deny,
+        Verdict::PassThrough(p) => p.shadow() == crate::engine::verdict::Shadow::Deny,
     }
 }
 

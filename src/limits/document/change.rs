@@ -4,7 +4,7 @@ use core::fmt;
 
 use serde::Serialize;
 
-use crate::Quota;
+use crate::engine::quota::Quota;
 
 /// Which way a quota moved; see [`QuotaChange::direction`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]

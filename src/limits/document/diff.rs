@@ -7,9 +7,10 @@ use serde::Serialize;
 
 use super::change::{Factor, QuotaChange};
 use super::model::{describe_classes, describe_retry_budget, Matcher, Policy};
-use super::{moves, Limits};
+use super::moves::{self, TrafficMove};
+use super::Limits;
 use crate::engine::error::{ConfigError, ConfigErrorKind};
-use crate::Quota;
+use crate::engine::quota::Quota;
 
 use super::ConfigErrors;
 
@@ -45,23 +46,6 @@ pub struct PolicyChange {
     /// changed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retry_budget: Option<Change<String>>,
-}
-
-/// Requests that another policy handles after the change: from `from` to `to` (`None`: no
-/// policy, so not limited), described as a list of request classes such as
-/// `tier=paid category=checkout`.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-#[non_exhaustive]
-pub struct TrafficMove {
-    /// The request classes that move, most general first.
-    pub requests: Vec<String>,
-    /// The policy that handled them before.
-    pub from: Option<String>,
-    /// The policy that handles them after.
-    pub to: Option<String>,
-    /// The quota they had and now have, when both sides are policies with different quotas.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub quota: Option<QuotaChange>,
 }
 
 /// A change that makes some requests' quota tighter: a policy's own quota change, or traffic

@@ -5,7 +5,8 @@
 //! `validate/traffic.rs`; their durations are read by `duration.rs`.
 
 use crate::engine::error::{ConfigError, ConfigErrorKind as Kind, Quoted};
-use crate::{Quota, QuotaError, QuotaErrorKind};
+use crate::engine::error::{QuotaError, QuotaErrorKind};
+use crate::engine::quota::Quota;
 
 /// The fields of the document's top-level table.
 pub(super) const DOCUMENT_FIELDS: &[&str] = &[

@@ -7,7 +7,9 @@ use serde::ser::{SerializeSeq, SerializeStruct};
 use serde::{Serialize, Serializer};
 
 use super::duration::format_duration;
-use crate::{Priorities, Quota, RetryBudget};
+use crate::engine::quota::Quota;
+use crate::shaping::priority::Priorities;
+use crate::shaping::retry::RetryBudget;
 
 /// One named policy: which requests it matches, the quota they get, and optionally the
 /// priority classes and the retry budget of its limiter.

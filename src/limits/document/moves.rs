@@ -10,10 +10,28 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use serde::Serialize;
+
 use super::change::QuotaChange;
-use super::diff::TrafficMove;
 use super::model::{route_matches, Matcher};
 use super::Limits;
+
+/// Requests that another policy handles after the change: from `from` to `to` (`None`: no
+/// policy, so not limited), described as a list of request classes such as
+/// `tier=paid category=checkout`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[non_exhaustive]
+pub struct TrafficMove {
+    /// The request classes that move, most general first.
+    pub requests: Vec<String>,
+    /// The policy that handled them before.
+    pub from: Option<String>,
+    /// The policy that handles them after.
+    pub to: Option<String>,
+    /// The quota they had and now have, when both sides are policies with different quotas.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quota: Option<QuotaChange>,
+}
 
 /// Marks the route probe of a prefix pattern; never part of a valid route.
 const UNDER: char = '\u{0}';

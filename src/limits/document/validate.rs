@@ -9,7 +9,9 @@ use super::{ConfigErrors, Limits};
 mod policy;
 mod traffic;
 use crate::engine::error::{ConfigError, ConfigErrorKind as Kind, Quoted};
-use crate::{Priorities, Quota, RetryBudget};
+use crate::engine::quota::Quota;
+use crate::shaping::priority::Priorities;
+use crate::shaping::retry::RetryBudget;
 
 /// Validates a whole document.
 pub(super) fn validate(root: &Node) -> Result<Limits, ConfigErrors> {

@@ -12,7 +12,7 @@ use core::time::Duration;
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 
-use crate::Verdict;
+use crate::engine::verdict::Verdict;
 
 /// How long to wait between attempts: exponential, with full jitter, never zero, bounded.
 ///

@@ -4,13 +4,14 @@
 use std::collections::HashMap;
 
 use super::{join, Declared, Draft, Walk};
+use crate::engine::error::QuotaErrorKind;
 use crate::engine::error::{ConfigError, ConfigErrorKind as Kind, Quoted};
+use crate::engine::quota::Quota;
 use crate::limits::document::fields::{
     check_name, check_route, did_you_mean, parse_quota, quota_error, MATCH_FIELDS, POLICY_FIELDS,
 };
 use crate::limits::document::model::Matcher;
 use crate::limits::document::parse::Node;
-use crate::{Quota, QuotaErrorKind};
 
 impl Walk {
     pub(super) fn policies(

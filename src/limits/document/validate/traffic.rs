@@ -2,12 +2,12 @@
 
 use super::{join, Walk};
 use crate::engine::error::{ConfigErrorKind as Kind, Quoted};
+use crate::engine::quota::Quota;
 use crate::limits::document::duration::parse_duration;
 use crate::limits::document::fields::{parse_quota, CLASS_FIELDS, RETRY_BUDGET_FIELDS};
 use crate::limits::document::parse::Node;
 use crate::shaping::priority::{Priorities, PriorityError};
 use crate::shaping::retry::RetryBudget;
-use crate::Quota;
 
 /// The shortest retry-budget period: the budget keeps tenths of it, of at least 100 ms.
 const MIN_PERIOD_SECS: u64 = 1;
