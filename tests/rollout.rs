@@ -279,7 +279,7 @@ fn cohorts_are_stable_and_close_to_the_stage_share() {
 }
 
 /// Buckets under seed 0x5eed (SipHash-1-3, checked against the reference vectors in
-/// `src/rollout/cohort.rs`).
+/// `src/limits/rollout/cohort.rs`).
 const BUCKET_42: u16 = 4_211;
 const BUCKET_7: u16 = 5_006;
 const BUCKET_EMPTY: u16 = 5_508;
