@@ -5,7 +5,8 @@
 //!   heartbeat always finds room, however hard recovery pushes.
 //! * Recovery offers 64 KiB chunks at about 16 Gbit/s (2× the link, 8× the lowered cap).
 //! * After 3 s the cap is lowered live to `2Gbit/s;burst=64MiB` with `set_quota`: no restart,
-//!   no free burst (time is carried over, not tokens).
+//!   no free burst (the link keeps its fill level: the share of the burst in use stays in
+//!   use under the new quota).
 //!
 //! Everything runs on a `ManualClock` in 1 ms steps, so every run prints the same.
 //! Run with `cargo run --example bandwidth`.

@@ -47,8 +47,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     )?;
     let diff = handle.reload(loosened)?;
     println!("\nreloaded to revision {}:\n{diff}", handle.revision());
-    // cust-7 keeps its state. Time carries over, not tokens: both quotas hold one second of
-    // burst (5 × 200 ms, 10 × 100 ms), so a bucket that was full stays full: no free burst.
+    // cust-7 keeps its fill level: it had used its whole burst of 5, so it has used the whole
+    // new burst of 10 too. A raised quota hands out no free burst.
     println!(
         "cust-7 sends 8 more at the same instant: {} allowed",
         search(8)?

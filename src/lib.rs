@@ -62,8 +62,9 @@
 //! * the last trip was more than the cool-down (5 min) ago.
 //!
 //! Then checks return [`Verdict::PassThrough`] with [`PassReason::DenyAnomaly`] and the shadow
-//! verdict (a shadow-allow still writes the TAT, so the shadow stays true), under a ceiling of
-//! 10× the quota (past it: [`DenyReason::Ceiling`]). It enforces again after a full window of
+//! verdict — exactly what an enforcing limiter fed the same requests would say, because the
+//! shadow step writes what an enforcing step writes and nothing else — under a ceiling of 10×
+//! the quota, kept on a cell of its own (past it: [`DenyReason::Ceiling`]). It enforces again after a full window of
 //! calm sub-buckets, or after 15 min, extended while the anomaly persists up to 1 h
 //! ([`AlertKind::PassThroughExhausted`]). Every pass-through is counted ([`Stats`]) and every
 //! transition is a [`FaultEvent`].
@@ -100,6 +101,22 @@
 //!   `retry_after / 2`, so denied clients do not come back in lockstep.
 //! * Byte budgets (`"2Gbit/s;burst=64MiB"`) charge chunks by their size in bytes and change
 //!   live with `set_quota` — 8 Gbit/s to 2 Gbit/s without a restart and without a free burst.
+//!
+//! # Changing a quota live
+//!
+//! [`RateLimiter::set_quota`], [`KeyedRateLimiter::set_quota`], a `LimitsHandle` reload and
+//! a `Rollout` stage keep each cell's *fill level*: a cell that has used the share
+//! `u = clamp((tat − now)/τ_old, 0, 1)` of its burst has used the same share of the new burst,
+//! `tat' = now + ⌈u·τ_new⌉`, rounded toward "used". Empty stays empty, full stays full, half
+//! stays half; switching back and forth grants nothing; loosening never locks anyone out and
+//! tightening never grants. Checks racing a change never apply one quota to a cell written
+//! under the other: at one instant at most the looser burst, plus one check in flight per
+//! thread, passes. A keyed limiter rescales its table in one walk (in groups of 64 slots),
+//! while checks of tracked keys go on lock-free.
+//!
+//! The share is what carries over, so alternating quickly between a small τ and a large
+//! burst can admit more than either quota alone would over the same time (the cell refills
+//! at the small τ's pace and spends in the large burst); each single change grants nothing.
 //!
 //! ```
 //! use tollgate::{Check, ManualClock, Priorities, RateLimiter, RetryBudget};

@@ -184,10 +184,10 @@ fn without_an_overflow_quota_the_overflow_cell_follows_set_quota() {
     for newcomer in 100..104 {
         assert_eq!(Obs::of(lim.check_key(&newcomer)), model.check(now, 1));
     }
-    // The new per-key quota applies to the overflow cell too, with its TAT carried over.
+    // The new per-key quota applies to the overflow cell too, keeping its fill level.
     let looser = Spec::requests(5, 3, Some(10)); // τ: 1 h → 2 h
     lim.set_quota(looser.quota());
-    model.set_spec(looser);
+    model.set_spec(looser, now);
     for newcomer in 200..207 {
         assert_eq!(Obs::of(lim.check_key(&newcomer)), model.check(now, 1));
     }

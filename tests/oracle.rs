@@ -196,7 +196,7 @@ fn run(
                 );
                 lim.set_quota(quota);
                 for m in models.values_mut() {
-                    m.set_spec(spec.clone());
+                    m.set_spec(spec.clone(), now);
                 }
                 continue;
             }
@@ -415,11 +415,11 @@ fn retry(lim: &dyn Subject) -> Duration {
 }
 
 #[test]
-fn tightening_never_locks_out_beyond_the_new_tau() {
+fn tightening_keeps_the_share_used_and_never_locks_out() {
     both("10/s;burst=100", |lim, clock| {
-        assert_eq!(allowed_now(lim, 200), 100); // TAT 10 s ahead
+        assert_eq!(allowed_now(lim, 200), 100); // all of the burst used
         lim.set_quota(q("1/s;burst=2"));
-        // Clamped to now + 2 s: the wait is one new interval, not the 10 s left over.
+        // All of the new burst is used: the wait is one new interval, not the 10 s left over.
         assert_eq!(retry(lim), Duration::from_secs(1));
         clock.advance(Duration::from_secs(1));
         assert_eq!(allowed_now(lim, 5), 1);
@@ -428,13 +428,15 @@ fn tightening_never_locks_out_beyond_the_new_tau() {
 }
 
 #[test]
-fn tightening_the_rate_only_waits_one_new_interval() {
+fn changing_the_rate_keeps_an_empty_cell_empty() {
     both("10/s", |lim, clock| {
-        assert_eq!(allowed_now(lim, 20), 10); // TAT 1 s ahead = the new τ
+        assert_eq!(allowed_now(lim, 20), 10); // empty
         lim.set_quota(q("100/s"));
-        assert_eq!(retry(lim), Duration::from_millis(10));
+        assert_eq!(retry(lim), Duration::from_millis(10), "one new interval");
         clock.advance(Duration::from_millis(10));
         assert_eq!(allowed_now(lim, 5), 1);
+        lim.set_quota(q("1/s;burst=10"));
+        assert_eq!(allowed_now(lim, 5), 0, "a slower rate does not refill it");
     });
 }
 
@@ -443,21 +445,30 @@ fn a_full_bucket_stays_full_and_gets_no_free_burst() {
     both("100/s", |lim, _| {
         lim.set_quota(q("1/s;burst=5"));
         assert_eq!(allowed_now(lim, 50), 5);
-        // Loosening again: the TAT is 5 s ahead, τ is 1 s: nothing more right now.
+        // Loosening again: the cell is empty and stays empty.
         lim.set_quota(q("100/s"));
         assert_eq!(allowed_now(lim, 50), 0);
     });
 }
 
 #[test]
-fn loosening_grants_the_added_burst_at_once() {
+fn loosening_keeps_the_share_used() {
     both("1/s;burst=2", |lim, clock| {
-        assert_eq!(allowed_now(lim, 5), 2);
+        assert_eq!(allowed_now(lim, 5), 2); // all used
         lim.set_quota(q("1/s;burst=10"));
-        assert_eq!(allowed_now(lim, 20), 8, "time carried over, not tokens");
+        assert_eq!(
+            allowed_now(lim, 20),
+            0,
+            "the fill level carried over, not time"
+        );
         assert_eq!(retry(lim), Duration::from_secs(1));
         clock.advance(Duration::from_secs(3));
         assert_eq!(allowed_now(lim, 20), 3);
+    });
+    both("1/s;burst=2", |lim, _| {
+        assert_eq!(allowed_now(lim, 1), 1); // half used
+        lim.set_quota(q("1/s;burst=10"));
+        assert_eq!(allowed_now(lim, 20), 5, "half used stays half used");
     });
     both("1/s;burst=2", |lim, _| {
         lim.set_quota(q("1/s;burst=10"));
@@ -470,19 +481,26 @@ fn loosening_grants_the_added_burst_at_once() {
 }
 
 #[test]
-fn a_denial_after_tightening_stores_the_clamp() {
+fn tightening_and_loosening_back_grants_nothing() {
     both("1/s;burst=100", |lim, _| {
-        assert_eq!(allowed_now(lim, 100), 100); // TAT 100 s ahead
+        assert_eq!(allowed_now(lim, 100), 100); // all used
         lim.set_quota(q("1/s;burst=3"));
-        assert_eq!(retry(lim), Duration::from_secs(1)); // clamps to now + 3 s, stored
+        assert_eq!(retry(lim), Duration::from_secs(1));
         lim.set_quota(q("1/s;burst=100"));
-        // The lowered TAT stays lowered: 97 s of tolerance are free again at once.
-        assert_eq!(allowed_now(lim, 200), 97);
+        // The old rule stored the clamp and freed 97 requests here.
+        assert_eq!(allowed_now(lim, 200), 0);
+    });
+    both("1/s;burst=100", |lim, _| {
+        assert_eq!(allowed_now(lim, 40), 40);
+        lim.set_quota(q("1/s;burst=3"));
+        lim.set_quota(q("1/s;burst=100"));
+        // 40 % used stays 40 % used (1.2 s of 3 s, exact in ns), both ways.
+        assert_eq!(allowed_now(lim, 200), 60);
     });
 }
 
 #[test]
-fn a_peek_or_zero_cost_check_after_tightening_stores_nothing() {
+fn a_peek_or_zero_cost_check_during_a_change_stores_nothing() {
     both("1/s;burst=100", |lim, _| {
         assert_eq!(allowed_now(lim, 100), 100);
         lim.set_quota(q("1/s;burst=3"));
@@ -495,11 +513,7 @@ fn a_peek_or_zero_cost_check_after_tightening_stores_nothing() {
         assert_eq!(zero.remaining(), 0);
         assert_eq!(zero.reset_after(), Duration::from_secs(3));
         lim.set_quota(q("1/s;burst=100"));
-        assert_eq!(
-            allowed_now(lim, 10),
-            0,
-            "no write happened: the TAT is still 100 s ahead"
-        );
+        assert_eq!(allowed_now(lim, 10), 0, "still all used");
     });
 }
 

@@ -366,8 +366,8 @@ fn policies_get_their_classes_and_retry_budget_and_changing_them_rebuilds() {
     let kept = h.limiter("link").unwrap();
     assert!(Arc::ptr_eq(&lim, &kept));
     assert_eq!(kept.priorities(), lim.priorities());
-    // "a" used 10 of the old burst of 10: the raised burst grants 2 more, not a fresh 12.
-    assert!(link_check(&h, "a", Check::cost(2).class(0)).is_permitted());
+    // "a" used all 10 of the old burst of 10: it has used all of the new 12 too (the fill
+    // level is kept), so nothing more now and one request after one interval.
     assert!(!link_check(&h, "a", Check::cost(1).class(0)).is_permitted());
 
     // Changed classes: a new limiter with the new classes (state starts fresh, as documented).

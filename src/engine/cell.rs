@@ -1,8 +1,7 @@
-//! The atomic side of the engine: one TAT word per cell, and the quota parameters published
-//! so that a check never sees a torn `(T, τ)` pair.
+//! The atomic side of the engine: one GCRA step on one TAT word, lock-free (the parameters it
+//! steps with are published by [`params`](crate::engine::params)).
 
-use core::hint::spin_loop;
-use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::engine::gcra::{self, Outcome, Params, Per};
 use crate::engine::verdict::{
@@ -12,104 +11,6 @@ use crate::engine::verdict::{
 /// The TAT value that marks a keyed slot as dead (swept); never a real TAT
 /// ([`gcra::MAX_TAT`] is one less).
 pub(crate) const TOMBSTONE: u64 = u64::MAX;
-
-/// Quota parameters behind a double-buffered sequence lock: readers never write and never
-/// wait for a writer. A writer (`set_quota`, rare, serialised by the caller's quota lock)
-/// fills the copy readers are not using, then publishes it by bumping `seq`; a reader retries
-/// only if a whole write finished while it read.
-///
-/// | word | meaning |
-/// |---|---|
-/// | `seq` | the copy in force is `copies[seq & 1]` |
-/// | `copies[i][0]` | `T` in ns for a request quota; 0 for a byte budget |
-/// | `copies[i][1]` | τ in ns |
-/// | `copies[i][2]` | effective burst |
-/// | `copies[i][3]` | byte budgets: numerator of ns per byte |
-/// | `copies[i][4..6]` | byte budgets: denominator of ns per byte (low, high) |
-#[derive(Debug)]
-pub(crate) struct SharedParams {
-    seq: AtomicU64,
-    copies: [[AtomicU64; 6]; 2],
-}
-
-impl SharedParams {
-    pub(crate) fn new(params: Params) -> Self {
-        let words = encode(params);
-        Self {
-            seq: AtomicU64::new(0),
-            copies: [words.map(AtomicU64::new), words.map(AtomicU64::new)],
-        }
-    }
-
-    /// A consistent snapshot of the parameters.
-    #[inline]
-    pub(crate) fn load(&self) -> Params {
-        loop {
-            // Acquire: pairs with the writer's Release, so the copy read below is complete.
-            let before = self.seq.load(Ordering::Acquire);
-            let c = &self.copies[(before & 1) as usize];
-            // Relaxed: validated by the sequence check after the fence.
-            let t = c[0].load(Ordering::Relaxed);
-            let tau = c[1].load(Ordering::Relaxed);
-            let burst = c[2].load(Ordering::Relaxed);
-            // Byte budgets only: request quotas skip three loads.
-            let byte = (t == 0).then(|| {
-                let num = c[3].load(Ordering::Relaxed);
-                let den = u128::from(c[4].load(Ordering::Relaxed))
-                    | (u128::from(c[5].load(Ordering::Relaxed)) << 64);
-                (num, den)
-            });
-            // Acquire fence: the loads above happen before the re-read of `seq`, so a write
-            // into this copy that overlapped them shows as a changed sequence number.
-            fence(Ordering::Acquire);
-            if self.seq.load(Ordering::Relaxed) == before {
-                let per = match byte {
-                    Some((num, den)) => Per::Byte { num, den },
-                    None => Per::Request { t },
-                };
-                return Params { per, tau, burst };
-            }
-            spin_loop();
-        }
-    }
-
-    /// For a request quota, `(T, τ)`: three loads and a check, no byte-budget words; `None`
-    /// for a byte budget. The hot path of [`crate::RateLimiter::check`].
-    #[inline]
-    pub(crate) fn load_request(&self) -> Option<(u64, u64)> {
-        loop {
-            let before = self.seq.load(Ordering::Acquire);
-            let c = &self.copies[(before & 1) as usize];
-            let t = c[0].load(Ordering::Relaxed);
-            let tau = c[1].load(Ordering::Relaxed);
-            fence(Ordering::Acquire);
-            if self.seq.load(Ordering::Relaxed) == before {
-                return (t != 0).then_some((t, tau));
-            }
-            spin_loop();
-        }
-    }
-
-    /// Publishes new parameters. Callers serialise writers (the limiter's quota lock).
-    pub(crate) fn store(&self, params: Params) {
-        let seq = self.seq.load(Ordering::Relaxed);
-        let next = seq.wrapping_add(1);
-        for (word, value) in self.copies[(next & 1) as usize].iter().zip(encode(params)) {
-            word.store(value, Ordering::Relaxed);
-        }
-        // Release: a reader that sees `next` sees every word written above.
-        self.seq.store(next, Ordering::Release);
-    }
-}
-
-fn encode(p: Params) -> [u64; 6] {
-    let (t, num, den) = match p.per {
-        Per::Request { t } => (t, 0, 0),
-        Per::Byte { num, den } => (0, num, den),
-    };
-    // Truncations are the intended split of a u128 into two words.
-    [t, p.tau, p.burst, num, den as u64, (den >> 64) as u64]
-}
 
 /// One check against a cell: the instant it was read at, the parameters, its weight (≥ 1).
 #[derive(Clone, Copy, Debug)]
@@ -232,110 +133,72 @@ pub(crate) fn step_word(
     )))
 }
 
-/// The ceiling that still applies during a pass-through, `factor` (c) × the quota, as
-/// `(weight of this check, tolerance)` on the cell's own TAT. A check past the normal
-/// tolerance is charged `w/c`, so the sustained rate is c × the quota; the tolerance grows by
-/// `(c−1)/c · τ`, room for `(c−1)·burst` such checks on top of the normal burst, so at one
-/// instant c × the burst passes.
-#[inline]
-pub(crate) fn ceiling(p: &Params, w: u64, factor: u32) -> (u64, u64) {
-    let c = u128::from(factor.max(1));
-    let extra = u128::from(p.tau) * (c - 1) / c;
-    let tau = (u128::from(p.tau) + extra).min(u128::from(gcra::MAX_TAU));
-    // tau ≤ MAX_TAU fits u64.
-    (w.div_ceil(factor.max(1).into()), tau as u64)
+/// The ceiling that still applies during a pass-through: `factor` (c) × the quota in all.
+/// The cell's own step (the shadow) admits one quota; the ceiling cell, a separate TAT, admits
+/// the other `c − 1`: a shadow-denied check of weight `w` is charged `⌈w/(c−1)⌉` there, under
+/// the cell's tolerance, so at one instant `(c−1) × burst` such checks pass on top of the
+/// burst, and the sustained rate is `(c−1) ×` the quota on top of the quota. The shadow's own
+/// TAT is never charged for them, so the shadow stays what an enforcing limiter would say.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Ceiling {
+    /// c ≥ 1; 1 admits nothing beyond the quota.
+    pub(crate) factor: u32,
 }
 
-/// A step while the limiter passes traffic through with `reason`: the shadow verdict is the
-/// normal step (its TAT written on a shadow-allow, so the shadow stays true); a shadow-denial
-/// passes if the `ceiling` (weight, tolerance) admits it, and is charged against it; past the
-/// ceiling it is a real denial ([`DenyReason::Ceiling`]). Returns `None` like [`step_within`].
+impl Ceiling {
+    /// The weight a shadow-denied check of weight `w` costs on the ceiling cell, or `None` if
+    /// the ceiling admits nothing beyond the quota (c = 1).
+    #[inline]
+    pub(crate) fn weight(&self, w: u64) -> Option<u64> {
+        let extra = u64::from(self.factor.saturating_sub(1));
+        (extra > 0).then(|| w.div_ceil(extra))
+    }
+
+    /// Runs a shadow-denied check of weight `w` (denied by the shadow after `retry_after` ns)
+    /// against the ceiling cell `word`: a pass-through if it admits it, else a denial with
+    /// [`DenyReason::Ceiling`].
+    pub(crate) fn admit(
+        &self,
+        word: &AtomicU64,
+        a: Attempt<'_>,
+        reason: PassReason,
+        retry_after: u64,
+        fresh: impl Fn() -> u64,
+    ) -> Verdict {
+        let Some(wc) = self.weight(a.w) else {
+            return Verdict::Deny(Denied::new(retry_after, DenyReason::Ceiling));
+        };
+        let a = Attempt { w: wc, ..a };
+        match step_word(word, a, a.p.tau, DenyReason::Ceiling, fresh) {
+            Verdict::Allow(_) => Verdict::PassThrough(PassThrough::new(reason, Shadow::Deny)),
+            other => other,
+        }
+    }
+}
+
+/// A step while the limiter passes traffic through with `reason`: the shadow verdict is
+/// exactly the enforcing step (the same writes, so it stays true); an allow passes, a quota
+/// denial is handed to `shadow_denied` (the ceiling), anything else (an overflow) stands.
+/// Returns `None` like [`step_within`].
 #[inline]
 pub(crate) fn step_pass_through(
     word: &AtomicU64,
     a: Attempt<'_>,
+    tol: u64,
     reason: PassReason,
-    ceiling: Option<(u64, u64)>,
     still_ours: impl Fn() -> bool,
     fresh: impl Fn() -> u64,
+    shadow_denied: impl FnOnce(u64) -> Verdict,
 ) -> Option<Verdict> {
-    let (p, w, mut now) = (a.p, a.w, a.now);
-    let mut cur = word.load(Ordering::Acquire);
-    let mut refreshed = false;
-    loop {
-        if cur == TOMBSTONE || !still_ours() {
-            return None;
-        }
-        if cur > now.saturating_add(p.tau) && !refreshed {
-            refreshed = true;
-            if refresh(&mut now, &fresh) {
-                continue;
+    Some(
+        match step_within(word, a, tol, DenyReason::Quota, still_ours, fresh)? {
+            Verdict::Allow(_) => Verdict::PassThrough(PassThrough::new(reason, Shadow::Allow)),
+            Verdict::Deny(d) if d.reason() == DenyReason::Quota => {
+                shadow_denied(d.retry_after_nanos())
             }
-        }
-        let Some((next, verdict)) = pass_step(cur, now, p, w, reason, ceiling) else {
-            return Some(verdict_of_pass(cur, now, p, w, reason, ceiling));
-        };
-        match word.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => return Some(verdict),
-            Err(actual) => {
-                cur = actual;
-                refreshed = false;
-            }
-        }
-    }
-}
-
-/// The write and verdict of one pass-through step, or `None` if it writes nothing.
-fn pass_step(
-    cur: u64,
-    now: u64,
-    p: &Params,
-    w: u64,
-    reason: PassReason,
-    ceiling: Option<(u64, u64)>,
-) -> Option<(u64, Verdict)> {
-    let passed = |shadow| Verdict::PassThrough(PassThrough::new(reason, shadow));
-    // A shadow-allow implies tat ≤ now + τ − w: the normal clamp lowers nothing here.
-    match gcra::step(gcra::clamp(cur, now, p.tau), now, w, p.tau) {
-        Outcome::Allow { tat, .. } => Some((tat, passed(Shadow::Allow))),
-        Outcome::Overflow => None,
-        Outcome::Deny { .. } => {
-            let (wc, tc) = ceiling?;
-            let clamped = gcra::clamp(cur, now, tc);
-            match gcra::step(clamped, now, wc, tc) {
-                Outcome::Allow { tat, .. } => Some((tat, passed(Shadow::Deny))),
-                Outcome::Deny { retry_after } if clamped < cur => Some((
-                    clamped,
-                    Verdict::Deny(Denied::new(retry_after, DenyReason::Ceiling)),
-                )),
-                _ => None,
-            }
-        }
-    }
-}
-
-/// The verdict of a pass-through step that writes nothing.
-#[cold]
-fn verdict_of_pass(
-    cur: u64,
-    now: u64,
-    p: &Params,
-    w: u64,
-    reason: PassReason,
-    ceiling: Option<(u64, u64)>,
-) -> Verdict {
-    match gcra::step(gcra::clamp(cur, now, p.tau), now, w, p.tau) {
-        Outcome::Overflow => verdict(Outcome::Overflow, p, DenyReason::Quota),
-        _ => match ceiling {
-            None => Verdict::PassThrough(PassThrough::new(reason, Shadow::Deny)),
-            Some((wc, tc)) => match gcra::step(gcra::clamp(cur, now, tc), now, wc, tc) {
-                Outcome::Deny { retry_after } => {
-                    Verdict::Deny(Denied::new(retry_after, DenyReason::Ceiling))
-                }
-                other => verdict(other, p, DenyReason::Ceiling),
-            },
+            other => other,
         },
-    }
+    )
 }
 
 /// Keeps a hot atomic on its own cache line(s), so writes to it do not slow readers of its
@@ -347,27 +210,6 @@ pub(crate) struct Padded<T>(pub(crate) T);
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn params_round_trip_through_the_seqlock() {
-        let req = Params {
-            per: Per::Request { t: 7 },
-            tau: 70,
-            burst: 10,
-        };
-        let bytes = Params {
-            per: Per::Byte {
-                num: 3,
-                den: (5u128 << 64) | 9,
-            },
-            tau: 1 << 40,
-            burst: 12,
-        };
-        let shared = SharedParams::new(req);
-        assert_eq!(shared.load(), req);
-        shared.store(bytes);
-        assert_eq!(shared.load(), bytes);
-    }
 
     #[test]
     fn a_lowering_clamp_is_stored_even_on_a_denial() {

@@ -12,6 +12,10 @@
 //! A check of weight `w` at `now` is allowed iff `max(tat, now) + w − now ≤ τ`, and then
 //! `tat ← max(tat, now) + w`. Before every step `tat ← min(tat, now + τ)`. Nothing here knows
 //! about clocks, atomics or Redis: [`step`] is a function of four integers.
+//!
+//! A quota change keeps each cell's *fill level*: a cell that has used the share
+//! `u = clamp((tat − now)/τ_old, 0, 1)` of its burst has used the same share of the new burst
+//! afterwards, `tat' = now + ⌈u·τ_new⌉` ([`rescale`]).
 
 /// The largest tolerance a cell may have: 2^62 ns (about 146 years). Quotas whose
 /// `burst·T` exceeds it get the largest burst that fits (see [`crate::Quota::burst`]).
@@ -167,9 +171,51 @@ pub(crate) fn step(tat: u64, now: u64, w: u64, tau: u64) -> Outcome {
     Outcome::Allow { tat, ahead }
 }
 
+/// The TAT that keeps a cell's fill level across a quota change at `now` from tolerance
+/// `tau_old` to `tau_new`: `now + ⌈u·τ_new⌉` with `u = clamp((tat − now)/τ_old, 0, 1)`,
+/// rounded toward "used" so that a change never grants. Empty stays empty (a TAT at or
+/// before `now` is returned as it is), full stays full, and A→B→A hands out nothing.
+/// Exact: the product is taken in u128 (both factors are below 2^63).
+#[inline]
+pub(crate) fn rescale(tat: u64, now: u64, tau_old: u64, tau_new: u64) -> u64 {
+    if tat <= now {
+        return tat;
+    }
+    let ahead = (tat - now).min(tau_old);
+    let scaled = u128::from(ahead) * u128::from(tau_new);
+    // ahead ≤ τ_old, so the quotient is at most τ_new ≤ MAX_TAU: it fits u64.
+    let ahead = ceil_div(scaled, u128::from(tau_old.max(1)));
+    now.saturating_add(ahead).min(MAX_TAT)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rescale_keeps_the_fill_level() {
+        // Empty stays empty (whatever the old TAT in the past), full stays full, half stays
+        // half, and a share that does not divide evenly rounds toward "used".
+        assert_eq!(rescale(40, 100, 50, 500), 40);
+        assert_eq!(rescale(100, 100, 50, 500), 100);
+        assert_eq!(rescale(150, 100, 50, 500), 600);
+        assert_eq!(
+            rescale(10_000, 100, 50, 500),
+            600,
+            "past full: clamped to full"
+        );
+        assert_eq!(rescale(125, 100, 50, 500), 350);
+        assert_eq!(rescale(101, 100, 3, 10), 104, "1/3 of 10 rounds up to 4");
+        // A toggle grants nothing: A -> B -> A never lowers the TAT.
+        for tat in 100..=200 {
+            let there = rescale(tat, 100, 100, 7);
+            assert!(rescale(there, 100, 7, 100) >= tat, "{tat}");
+        }
+        // Exact at the largest tolerances.
+        let big = MAX_TAU;
+        assert_eq!(rescale(big / 2, 0, big, big - 1), big / 2);
+        assert_eq!(rescale(u64::MAX - 1, u64::MAX - 2, big, big), MAX_TAT);
+    }
 
     #[test]
     fn burst_then_exact_retry_after() {

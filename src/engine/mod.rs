@@ -8,6 +8,7 @@ pub(crate) mod clock;
 pub(crate) mod error;
 pub(crate) mod fingerprint;
 pub(crate) mod gcra;
+pub(crate) mod params;
 pub(crate) mod quota;
 pub(crate) mod stats;
 pub(crate) mod verdict;

@@ -10,8 +10,9 @@ use crate::engine::verdict::{DenyReason, PassReason, Shadow, Verdict};
 
 /// Counts of checks by outcome, as a metrics exporter reads them.
 ///
-/// Every check with a detector attached is counted exactly once: as allowed, denied (by
-/// reason) or passed through (by reason). Labels are fixed: never a key.
+/// Every limiter counts each check exactly once (a zero-cost check is not counted): as allowed,
+/// denied (by reason) or passed through (by reason); a [`FaultDetector`](crate::FaultDetector)
+/// counts the checks of every limiter it watches. Labels are fixed: never a key.
 ///
 /// ```
 /// use tollgate::{FaultDetector, RateLimiter};
@@ -198,6 +199,16 @@ impl Counters {
         due
     }
 
+    /// Counts `v` once, with no tick: a limiter's own tally.
+    #[inline]
+    pub(crate) fn count(&self, v: &Verdict) {
+        let (index, shadow_denied) = classify(v);
+        self.bump(index);
+        if shadow_denied {
+            self.bump(SHADOW_DENIED);
+        }
+    }
+
     /// Counts one more in counter `index` (no verdict, no tick): [`RETRIES`].
     #[inline]
     pub(crate) fn bump(&self, index: usize) {
@@ -213,6 +224,11 @@ impl Counters {
         } else {
             counter.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// What these counters hold, as [`Stats`].
+    pub(crate) fn stats(&self) -> Stats {
+        Stats::from_counts(&self.sum())
     }
 
     /// The sums over all stripes.

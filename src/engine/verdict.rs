@@ -110,6 +110,12 @@ impl Denied {
         }
     }
 
+    /// The retry-after in nanoseconds, as the step computed it.
+    #[inline]
+    pub(crate) fn retry_after_nanos(&self) -> u64 {
+        self.retry_after
+    }
+
     /// How long to wait before the same check would be allowed, exactly: one nanosecond
     /// earlier it is still denied. [`Duration::MAX`] for [`DenyReason::ClockOverflow`].
     #[inline]

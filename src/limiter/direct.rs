@@ -5,13 +5,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
-use crate::engine::cell::{self, Attempt, Padded, SharedParams};
+use crate::engine::cell::{self, Attempt, Padded};
 use crate::engine::check::Check;
 use crate::engine::clock::Clock;
 use crate::engine::error::InsufficientCapacity;
 use crate::engine::gcra::Params;
+use crate::engine::params::{Gate, SharedParams, Token};
 use crate::engine::quota::Quota;
-use crate::engine::stats::Stats;
+use crate::engine::stats::{Counters, Stats, RETRIES};
 use crate::engine::verdict::{DenyReason, PassReason, Verdict};
 use crate::limiter::guard::{self, Attached, Guard};
 use crate::safety::fault::FaultDetector;
@@ -39,12 +40,21 @@ use crate::shaping::retry::RetryBudget;
 /// # Ok::<(), tollgate::QuotaError>(())
 /// ```
 pub struct RateLimiter {
-    /// The theoretical arrival time in ns since the epoch; `≤ now` means the cell is full.
-    tat: Padded<AtomicU64>,
+    cell: Padded<DirectCell>,
     params: SharedParams,
     quota: Mutex<Quota>,
     clock: Clock,
+    /// Every verdict, unless a detector (which counts them itself) is attached.
+    counters: Counters,
     guard: Option<Box<Guard>>,
+}
+
+/// The one cell, and the generation its TAT is in (read only while a quota change runs).
+#[derive(Debug, Default)]
+struct DirectCell {
+    /// The theoretical arrival time in ns since the epoch; `≤ now` means the cell is full.
+    tat: AtomicU64,
+    gate: Gate,
 }
 
 impl RateLimiter {
@@ -65,28 +75,35 @@ impl RateLimiter {
     /// Checks one unit (one request, or one byte for a byte budget).
     #[inline]
     pub fn check(&self) -> Verdict {
-        match self.params.load_request() {
-            Some((t, tau)) => {
-                // The step of one request reads only T and τ (the burst bounds costs, and a
-                // cost of one is always within it).
-                let p = Params::request(t, tau);
-                match &self.guard {
-                    None => self.step(self.clock.now_nanos(), &p, t),
-                    Some(g) => self.step_guarded(g, &p, t),
-                }
+        if let Some((t, tau, seq)) = self.params.load_request() {
+            // The step of one request reads only T and τ (the burst bounds costs, and a cost
+            // of one is always within it).
+            let p = Params::request(t, tau);
+            let token = Token::steady(seq);
+            let v = match &self.guard {
+                None => self.try_step(self.clock.now_nanos(), &p, t, token),
+                Some(g) => self.try_guarded(g, &p, t, token),
+            };
+            if let Some(v) = v {
+                return v;
             }
-            None => self.check_general(),
         }
+        self.check_general()
     }
 
-    /// Byte budgets, and limiters with a detector or watchdog attached.
+    /// Byte budgets, checks during a quota change, and checks that raced one.
     #[inline(never)]
     fn check_general(&self) -> Verdict {
-        let p = self.params.load();
-        let w = p.unit();
-        match &self.guard {
-            None => self.step(self.clock.now_nanos(), &p, w),
-            Some(g) => self.step_guarded(g, &p, w),
+        loop {
+            let (p, token) = self.resolve();
+            let w = p.unit();
+            let v = match &self.guard {
+                None => self.try_step(self.clock.now_nanos(), &p, w, token),
+                Some(g) => self.try_guarded(g, &p, w, token),
+            };
+            if let Some(v) = v {
+                return v;
+            }
         }
     }
 
@@ -109,26 +126,31 @@ impl RateLimiter {
     /// ```
     #[inline]
     pub fn check_n(&self, cost: u64) -> Result<Verdict, InsufficientCapacity> {
-        let p = self.params.load();
-        let w = p
-            .weight(cost)
-            .ok_or(InsufficientCapacity::new(cost, p.burst))?;
-        if w == 0 {
-            let tat = self.tat.0.load(Ordering::Relaxed);
-            return Ok(cell::evaluate(tat, self.now(), &p, 0, DenyReason::Quota));
+        loop {
+            let (p, token) = self.resolve();
+            let w = p
+                .weight(cost)
+                .ok_or(InsufficientCapacity::new(cost, p.burst))?;
+            if w == 0 {
+                let tat = self.cell.0.tat.load(Ordering::Relaxed);
+                return Ok(cell::evaluate(tat, self.now(), &p, 0, DenyReason::Quota));
+            }
+            let v = match &self.guard {
+                None => self.try_step(self.clock.now_nanos(), &p, w, token),
+                Some(g) => self.try_guarded(g, &p, w, token),
+            };
+            if let Some(v) = v {
+                return Ok(v);
+            }
         }
-        Ok(match &self.guard {
-            None => self.step(self.clock.now_nanos(), &p, w),
-            Some(g) => self.step_guarded(g, &p, w),
-        })
     }
 
     /// Checks with per-request arguments: cost, attempt, priority class.
     ///
     /// With [`Priorities`] attached, the check sees its class's tolerance; with a
     /// [`RetryBudget`] attached, a retry (attempt ≥ 1) must fit the budget as well as the
-    /// quota; with a [`FaultDetector`] attached, originals and retries are counted apart.
-    /// Without them, the attempt and class are ignored and this is [`check_n`](Self::check_n).
+    /// quota; originals and retries are counted apart ([`stats`](Self::stats)). Without
+    /// classes or a budget, the class is ignored and this is [`check_n`](Self::check_n).
     ///
     /// # Errors
     ///
@@ -149,7 +171,13 @@ impl RateLimiter {
     #[inline]
     pub fn check_with(&self, check: Check) -> Result<Verdict, InsufficientCapacity> {
         match &self.guard {
-            None => self.check_n(check.units()),
+            None => {
+                let v = self.check_n(check.units())?;
+                if check.attempt_number() > 0 && check.units() > 0 {
+                    self.counters.bump(RETRIES);
+                }
+                Ok(v)
+            }
             Some(g) => self.check_attached(g, check),
         }
     }
@@ -158,63 +186,99 @@ impl RateLimiter {
     /// retry budget (peek, step, debit), the counts.
     #[inline(never)]
     fn check_attached(&self, g: &Guard, check: Check) -> Result<Verdict, InsufficientCapacity> {
-        let p = self.params.load();
-        let tol = g.reserve(check.priority_class()).tolerance(p.tau);
-        let w = priority::weight_within(&p, check.units(), tol)?;
-        let now = g.now(&self.clock);
-        if w == 0 {
-            let tat = self.tat.0.load(Ordering::Relaxed);
-            return Ok(cell::evaluate(
-                tat,
-                now,
-                &p.within(tol),
-                0,
-                DenyReason::Quota,
-            ));
-        }
         let retry = check.attempt_number() > 0;
-        let v = match (retry.then(|| g.over_budget(now)).flatten(), g.pass_reason()) {
-            (Some(denied), _) => denied,
-            (None, None) => {
-                let a = Attempt { now, p: &p, w };
-                cell::step_word(&self.tat.0, a, tol, DenyReason::Quota, || self.now())
+        loop {
+            let (p, token) = self.resolve();
+            let tol = g.reserve(check.priority_class()).tolerance(p.tau);
+            let w = priority::weight_within(&p, check.units(), tol)?;
+            let now = g.now(&self.clock);
+            if w == 0 {
+                let tat = self.cell.0.tat.load(Ordering::Relaxed);
+                let within = p.within(tol);
+                return Ok(cell::evaluate(tat, now, &within, 0, DenyReason::Quota));
             }
-            (None, Some(reason)) => self.step_passing(g, now, &p, w, reason),
-        };
-        g.observe(&v, None, retry, || now);
-        Ok(v)
+            let a = Attempt { now, p: &p, w };
+            let v = match (
+                retry.then(|| g.over_budget(now)).flatten(),
+                g.pass_reason(now),
+            ) {
+                (Some(denied), _) => Some(denied),
+                (None, None) => self.try_raw(a, tol, token),
+                (None, Some(reason)) => self.try_passing(g, a, tol, reason, token),
+            };
+            if let Some(v) = v {
+                g.observe(&self.counters, &v, None, retry, || now);
+                return Ok(v);
+            }
+        }
     }
 
     /// What [`check`](Self::check) would say now, without writing anything (during a
     /// pass-through: the pass-through, without the ceiling).
     pub fn peek(&self) -> Verdict {
-        let p = self.params.load();
+        let (p, _) = self.resolve();
         let w = p.unit();
-        let tat = self.tat.0.load(Ordering::Relaxed);
-        let v = cell::evaluate(tat, self.now(), &p, w, DenyReason::Quota);
-        match self.guard.as_ref().and_then(|g| g.pass_reason()) {
+        let now = self.now();
+        let tat = self.cell.0.tat.load(Ordering::Relaxed);
+        let v = cell::evaluate(tat, now, &p, w, DenyReason::Quota);
+        match self.guard.as_ref().and_then(|g| g.pass_reason(now)) {
             Some(reason) => guard::pass(v, reason),
             None => v,
         }
     }
 
-    /// The fault detector's counts, if one is attached: by outcome, and originals apart from
-    /// retries.
+    /// This limiter's counts: by outcome, and originals apart from retries. Every limiter
+    /// counts its checks, so this is always `Some`; with a [`FaultDetector`] attached these
+    /// are the detector's counts (of every limiter it watches, since its last
+    /// [`set_revision`](FaultDetector::set_revision)).
+    ///
+    /// ```
+    /// use tollgate::{ManualClock, RateLimiter};
+    ///
+    /// let lim = RateLimiter::builder("1/s".parse()?).clock(ManualClock::new()).build();
+    /// let _ = lim.check();
+    /// let _ = lim.check();
+    /// let stats = lim.stats().expect("always counted");
+    /// assert_eq!((stats.allowed, stats.denied_quota), (1, 1));
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
     pub fn stats(&self) -> Option<Stats> {
-        self.guard
-            .as_ref()?
-            .detector
-            .as_ref()
-            .map(FaultDetector::stats)
+        Some(
+            match self.guard.as_ref().and_then(|g| g.detector.as_ref()) {
+                Some(d) => d.stats(),
+                None => self.counters.stats(),
+            },
+        )
     }
 
-    /// Replaces the quota, live. Time is carried over, not tokens: a full cell stays full, an
-    /// empty one stays empty (the TAT is clamped to `now + τ` on the next check), and a larger
-    /// burst is available at once.
+    /// Replaces the quota, live, keeping the cell's fill level: if the cell has used a share
+    /// `u` of its burst, it has used the same share of the new burst afterwards (rounded
+    /// toward "used"). An empty cell stays empty, a full one full, switching back and forth
+    /// hands out nothing, a looser quota never locks anyone out and a tighter one never grants.
+    /// Checks racing the change never apply one quota to a cell written under the other.
+    ///
+    /// ```
+    /// use tollgate::{ManualClock, RateLimiter};
+    ///
+    /// let lim = RateLimiter::builder("10/s".parse()?).clock(ManualClock::new()).build();
+    /// for _ in 0..5 {
+    ///     assert!(lim.check().is_permitted()); // half of the burst of 10
+    /// }
+    /// lim.set_quota("100/s".parse()?); // half of the burst of 100 is used, 50 remain
+    /// assert_eq!(lim.check_n(0)?.allowed().map(|a| a.remaining()), Some(50));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn set_quota(&self, quota: Quota) {
         let mut current = self.quota.lock();
+        let new = quota.params();
+        let (old, gen) = self.params.begin(new);
+        let now = self.now();
+        self.cell
+            .0
+            .gate
+            .rescale(gen, [&self.cell.0.tat], &old, &new, now);
+        self.params.finish();
         *current = quota;
-        self.params.store(quota.params());
     }
 
     /// The quota in force.
@@ -245,37 +309,62 @@ impl RateLimiter {
         }
     }
 
+    /// The parameters in force for the cell, and the token that re-validates them.
     #[inline]
-    fn step(&self, now: u64, p: &Params, w: u64) -> Verdict {
-        let a = Attempt { now, p, w };
-        cell::step_word(&self.tat.0, a, p.tau, DenyReason::Quota, || self.now())
+    fn resolve(&self) -> (Params, Token) {
+        self.cell.0.gate.resolve(&self.params.load())
+    }
+
+    /// One step on the cell, uncounted; `None` if the parameters changed under it.
+    #[inline]
+    fn try_raw(&self, a: Attempt<'_>, tol: u64, token: Token) -> Option<Verdict> {
+        let c = &self.cell.0;
+        let valid = || token.still_valid(&self.params, &c.gate);
+        cell::step_within(&c.tat, a, tol, DenyReason::Quota, valid, || self.now())
+    }
+
+    /// A bare limiter's step, counted.
+    #[inline]
+    fn try_step(&self, now: u64, p: &Params, w: u64, token: Token) -> Option<Verdict> {
+        let v = self.try_raw(Attempt { now, p, w }, p.tau, token)?;
+        self.counters.count(&v);
+        Some(v)
     }
 
     /// With a detector or watchdog attached: enforcing inline, passing through out of line.
     #[inline]
-    fn step_guarded(&self, g: &Guard, p: &Params, w: u64) -> Verdict {
+    fn try_guarded(&self, g: &Guard, p: &Params, w: u64, token: Token) -> Option<Verdict> {
         let now = g.now(&self.clock);
-        let v = match g.pass_reason() {
-            None => self.step(now, p, w),
-            Some(reason) => self.step_passing(g, now, p, w, reason),
+        let a = Attempt { now, p, w };
+        let v = match g.pass_reason(now) {
+            None => self.try_raw(a, p.tau, token)?,
+            Some(reason) => self.try_passing(g, a, p.tau, reason, token)?,
         };
-        g.observe(&v, None, false, || now);
-        v
+        g.observe(&self.counters, &v, None, false, || now);
+        Some(v)
     }
 
     #[cold]
     #[inline(never)]
-    fn step_passing(&self, g: &Guard, now: u64, p: &Params, w: u64, reason: PassReason) -> Verdict {
-        let (a, ceiling) = (Attempt { now, p, w }, g.ceiling(p, w));
-        cell::step_pass_through(&self.tat.0, a, reason, ceiling, || true, || self.now())
-            .unwrap_or_else(|| self.step(now, p, w))
+    fn try_passing(
+        &self,
+        g: &Guard,
+        a: Attempt<'_>,
+        tol: u64,
+        reason: PassReason,
+        token: Token,
+    ) -> Option<Verdict> {
+        let c = &self.cell.0;
+        let valid = || token.still_valid(&self.params, &c.gate);
+        let ceiling = |retry_after| g.ceiling_direct(a, reason, retry_after, || self.now());
+        cell::step_pass_through(&c.tat, a, tol, reason, valid, || self.now(), ceiling)
     }
 }
 
 impl fmt::Debug for RateLimiter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let now = self.clock.now_nanos();
-        let tat = self.tat.0.load(Ordering::Relaxed);
+        let tat = self.cell.0.tat.load(Ordering::Relaxed);
         f.debug_struct("RateLimiter")
             .field("quota", &self.quota().to_string())
             .field("ahead_ns", &tat.saturating_sub(now))
@@ -332,10 +421,11 @@ impl RateLimiterBuilder {
     /// Builds the limiter, starting full (a whole burst is available).
     pub fn build(self) -> RateLimiter {
         RateLimiter {
-            tat: Padded(AtomicU64::new(0)),
+            cell: Padded(DirectCell::default()),
             params: SharedParams::new(self.quota.params()),
             quota: Mutex::new(self.quota),
             clock: self.clock,
+            counters: Counters::new(),
             guard: Guard::boxed(self.attached),
         }
     }

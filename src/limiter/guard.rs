@@ -2,10 +2,15 @@
 //! retry budget is attached: kept behind one `Option<Box<_>>` so a bare limiter pays one
 //! predictable branch for it.
 
-use crate::engine::cell;
+use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
+
+use parking_lot::Mutex;
+
+use crate::engine::cell::{Attempt, Ceiling, Padded};
 use crate::engine::clock::Clock;
-use crate::engine::gcra::Params;
-use crate::engine::stats::RETRIES;
+use crate::engine::gcra;
+use crate::engine::stats::{Counters, RETRIES};
 use crate::engine::verdict::{Denied, DenyReason, PassReason, PassThrough, Shadow, Verdict};
 use crate::safety::fault::FaultDetector;
 use crate::safety::watchdog::Watchdog;
@@ -14,6 +19,9 @@ use crate::shaping::retry::{RetryBudget, Window};
 
 /// The ceiling factor when only a watchdog is attached.
 const DEFAULT_CEILING: u32 = 10;
+/// The most keys with a ceiling cell of their own during a pass-through; beyond it (after
+/// dropping idle cells) keys share one cell.
+const MAX_CEILING_KEYS: usize = 1 << 16;
 
 #[derive(Debug)]
 pub(crate) struct Guard {
@@ -21,6 +29,18 @@ pub(crate) struct Guard {
     pub(crate) watchdog: Option<Watchdog>,
     pub(crate) priorities: Option<Priorities>,
     pub(crate) budget: Option<Window>,
+    /// The ceiling cell of a direct limiter (see [`Ceiling`]).
+    ceiling_cell: Padded<AtomicU64>,
+    /// The ceiling cells of a keyed limiter's keys, by fingerprint; used only while passing
+    /// through, and only by checks the shadow denies.
+    ceiling_keys: Mutex<CeilingKeys>,
+}
+
+#[derive(Debug, Default)]
+struct CeilingKeys {
+    tats: HashMap<u64, u64>,
+    /// The cell keys share when `tats` is full of live cells.
+    shared: u64,
 }
 
 /// What a limiter builder may attach.
@@ -45,6 +65,8 @@ impl Guard {
                 watchdog: a.watchdog,
                 priorities: a.priorities,
                 budget: a.budget.map(Window::new),
+                ceiling_cell: Padded(AtomicU64::new(0)),
+                ceiling_keys: Mutex::default(),
             })
         })
     }
@@ -79,10 +101,12 @@ impl Guard {
         }
     }
 
-    /// Why verdicts pass through right now, if they do.
+    /// Why verdicts pass through at `now` (a reading of [`now`](Self::now)), if they do. A
+    /// clock fault's pass-through ends on time here, whatever the traffic: after a fault the
+    /// limiter reads the watchdog's reference clock, the one the window is measured on.
     #[inline]
-    pub(crate) fn pass_reason(&self) -> Option<PassReason> {
-        if self.watchdog.as_ref().is_some_and(Watchdog::is_faulted) {
+    pub(crate) fn pass_reason(&self, now: u64) -> Option<PassReason> {
+        if self.watchdog.as_ref().is_some_and(|w| w.is_faulted_at(now)) {
             return Some(PassReason::ClockFault);
         }
         self.detector
@@ -90,21 +114,84 @@ impl Guard {
             .and_then(|d| d.shared().pass_reason())
     }
 
-    /// The ceiling `(weight, tolerance)` for a check of weight `w` during pass-through.
+    /// The ceiling in force during a pass-through, if any.
     #[inline]
-    pub(crate) fn ceiling(&self, p: &Params, w: u64) -> Option<(u64, u64)> {
+    pub(crate) fn ceiling(&self) -> Option<Ceiling> {
         let factor = match &self.detector {
             Some(d) => d.shared().ceiling()?,
             None => DEFAULT_CEILING,
         };
-        Some(cell::ceiling(p, w, factor))
+        Some(Ceiling { factor })
     }
 
-    /// Counts the verdict (and whether it was a retry), credits or debits the retry budget
-    /// if it was permitted, and runs any due sampling or evaluation. `now` is read only with
-    /// a budget attached.
+    /// A direct limiter's shadow-denied check against the ceiling (see [`Ceiling`]).
+    pub(crate) fn ceiling_direct(
+        &self,
+        a: Attempt<'_>,
+        reason: PassReason,
+        retry_after: u64,
+        fresh: impl Fn() -> u64,
+    ) -> Verdict {
+        match self.ceiling() {
+            None => Verdict::PassThrough(PassThrough::new(reason, Shadow::Deny)),
+            Some(c) => c.admit(&self.ceiling_cell.0, a, reason, retry_after, fresh),
+        }
+    }
+
+    /// A keyed limiter's shadow-denied check of key `fp` against its own ceiling cell (see
+    /// [`Ceiling`]). Cells whose TAT has passed are dropped when the map is full; if it is
+    /// still full, the key shares one cell with the others that found no room.
+    pub(crate) fn ceiling_key(
+        &self,
+        fp: u64,
+        a: Attempt<'_>,
+        reason: PassReason,
+        retry_after: u64,
+    ) -> Verdict {
+        let Some(c) = self.ceiling() else {
+            return Verdict::PassThrough(PassThrough::new(reason, Shadow::Deny));
+        };
+        let Some(wc) = c.weight(a.w) else {
+            return Verdict::Deny(Denied::new(retry_after, DenyReason::Ceiling));
+        };
+        let (now, tau) = (a.now, a.p.tau);
+        let mut cells = self.ceiling_keys.lock();
+        if cells.tats.len() >= MAX_CEILING_KEYS && !cells.tats.contains_key(&fp) {
+            cells.tats.retain(|_, tat| *tat > now);
+        }
+        let CeilingKeys { tats, shared } = &mut *cells;
+        let tat = if tats.len() < MAX_CEILING_KEYS || tats.contains_key(&fp) {
+            tats.entry(fp).or_insert(0)
+        } else {
+            shared
+        };
+        match gcra::step(gcra::clamp(*tat, now, tau), now, wc, tau) {
+            gcra::Outcome::Allow { tat: next, .. } => {
+                *tat = next;
+                Verdict::PassThrough(PassThrough::new(reason, Shadow::Deny))
+            }
+            gcra::Outcome::Deny { retry_after } => {
+                Verdict::Deny(Denied::new(retry_after, DenyReason::Ceiling))
+            }
+            gcra::Outcome::Overflow => {
+                Verdict::Deny(Denied::new(u64::MAX, DenyReason::ClockOverflow))
+            }
+        }
+    }
+
+    /// Counts the verdict (and whether it was a retry) — in the detector if one is attached,
+    /// else in the limiter's `own` counters — credits or debits the retry budget if it was
+    /// permitted, and runs any due sampling or evaluation. `now` is read only with a budget
+    /// attached.
     #[inline]
-    pub(crate) fn observe(&self, v: &Verdict, fp: Option<u64>, retry: bool, now: impl Fn() -> u64) {
+    pub(crate) fn observe(
+        &self,
+        own: &Counters,
+        v: &Verdict,
+        fp: Option<u64>,
+        retry: bool,
+        now: impl Fn() -> u64,
+    ) {
         if let Some(w) = &self.watchdog {
             w.on_check();
         }
@@ -113,15 +200,23 @@ impl Guard {
                 b.record(now(), retry);
             }
         }
-        if let Some(d) = &self.detector {
-            // A budget denial says nothing about the key's own conformance: kept out of the
-            // breadth panel (counted all the same).
-            let budget_denial = v
-                .denied()
-                .is_some_and(|d| d.reason() == DenyReason::RetryBudget);
-            d.shared().observe(v, fp.filter(|_| !budget_denial));
-            if retry {
-                d.shared().counters.bump(RETRIES);
+        match &self.detector {
+            Some(d) => {
+                // A budget denial says nothing about the key's own conformance: kept out of
+                // the breadth panel (counted all the same).
+                let budget_denial = v
+                    .denied()
+                    .is_some_and(|d| d.reason() == DenyReason::RetryBudget);
+                d.shared().observe(v, fp.filter(|_| !budget_denial));
+                if retry {
+                    d.shared().counters.bump(RETRIES);
+                }
+            }
+            None => {
+                own.count(v);
+                if retry {
+                    own.bump(RETRIES);
+                }
             }
         }
     }

@@ -29,28 +29,31 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
 
-use crate::engine::cell::{Padded, SharedParams};
+use crate::engine::cell::Padded;
 use crate::engine::check::Check;
 use crate::engine::clock::Clock;
 use crate::engine::error::InsufficientCapacity;
 use crate::engine::fingerprint::Fingerprinter;
+use crate::engine::params::{Gate, SharedParams};
 use crate::engine::quota::Quota;
-use crate::engine::stats::Stats;
+use crate::engine::stats::{Counters, Stats, RETRIES};
 use crate::engine::verdict::Verdict;
 use crate::limiter::guard::Guard;
-use crate::safety::fault::FaultDetector;
 use crate::shaping::priority::{self, Priorities, Reserve};
 use crate::shaping::retry::RetryBudget;
 
 mod builder;
 #[cfg(feature = "config")]
 mod carry;
+mod sweep;
 mod table;
 
 pub use builder::KeyedRateLimiterBuilder;
 
 /// How far from its home slot a key may live before it spills.
 const WINDOW: usize = 64;
+/// Slots per group that a quota change rescales at once (one [`Gate`] each).
+const GROUP: usize = 64;
 /// The default bound on tracked keys: 2^20.
 pub const DEFAULT_MAX_KEYS: usize = 1 << 20;
 /// The largest bound on tracked keys a builder accepts: 2^32 − 1 (about 96 GiB of table).
@@ -85,6 +88,8 @@ pub const MAX_KEYS_LIMIT: usize = u32::MAX as usize;
 /// cannot see the seed cannot aim a key at someone else's cell.
 pub struct KeyedRateLimiter<K> {
     slots: Box<[AtomicU64]>,
+    /// One per [`GROUP`] slots: the generation of the quota their TATs were written under.
+    gates: Box<[Gate]>,
     capacity: usize,
     max_keys: usize,
     params: SharedParams,
@@ -97,6 +102,10 @@ pub struct KeyedRateLimiter<K> {
     /// Size of the spill map, read without the lock to skip it when empty.
     spilled: AtomicUsize,
     slow: Mutex<Slow>,
+    /// The generation of the spilled keys' TATs (changed under `slow`).
+    spill_gate: Gate,
+    /// Every verdict, unless a detector (which counts them itself) is attached.
+    counters: Counters,
     guard: Option<Box<Guard>>,
     _key: PhantomData<fn(&K)>,
 }
@@ -104,6 +113,8 @@ pub struct KeyedRateLimiter<K> {
 /// The one cell that new keys share when the table is full of live keys.
 struct Overflow {
     tat: Padded<AtomicU64>,
+    /// The generation of its TAT, when it follows the per-key quota.
+    gate: Gate,
     /// Its own quota if the builder set one; else it follows the per-key quota.
     params: Option<SharedParams>,
 }
@@ -201,26 +212,47 @@ impl<K> KeyedRateLimiter<K> {
         *self.quota.lock()
     }
 
-    /// Replaces the per-key quota for every key at once, in O(1): the parameters are shared,
-    /// and each key's TAT is clamped on its next check (no lockout, no free burst).
+    /// Replaces the per-key quota for every key, live, keeping each key's fill level: a key
+    /// that has used a share `u` of its burst has used the same share of the new burst
+    /// afterwards (rounded toward "used"), whenever it was last checked. An empty cell stays
+    /// empty, a full one full, switching back and forth hands out nothing, a looser quota
+    /// never locks anyone out and a tighter one never grants.
+    ///
+    /// The change walks the table once (O(table), in groups of 64 slots under the insert
+    /// lock); checks of tracked keys stay lock-free meanwhile and never apply one quota to a
+    /// cell written under the other. Changes are serialised.
+    ///
+    /// ```
+    /// use tollgate::{KeyedRateLimiter, ManualClock};
+    ///
+    /// let lim = KeyedRateLimiter::<u64>::builder("10/s".parse()?).clock(ManualClock::new()).build();
+    /// for _ in 0..10 {
+    ///     assert!(lim.check_key(&7).is_permitted()); // key 7 spends its whole burst
+    /// }
+    /// lim.set_quota("1000/s;burst=10".parse()?); // faster, same burst: still empty
+    /// assert!(!lim.check_key(&7).is_permitted());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn set_quota(&self, quota: Quota) {
         let mut current = self.quota.lock();
+        let new = quota.params();
+        let (old, gen) = self.params.begin(new);
+        self.rescale_all(&old, &new, gen);
+        self.params.finish();
         *current = quota;
-        self.params.store(quota.params());
-        // A lower τ may make keys idle earlier than the last sweep pass saw.
-        let mut slow = self.slow.lock();
-        slow.idle_not_before = 0;
-        slow.pass_min = 0;
     }
 
-    /// The fault detector's counts, if one is attached: by outcome, and originals apart from
-    /// retries.
+    /// This limiter's counts: by outcome, and originals apart from retries. Every limiter
+    /// counts its checks, so this is always `Some`; with a [`FaultDetector`] attached these
+    /// are the detector's counts (of every limiter it watches, since its last
+    /// [`set_revision`](FaultDetector::set_revision)).
     pub fn stats(&self) -> Option<Stats> {
-        self.guard
-            .as_ref()?
-            .detector
-            .as_ref()
-            .map(FaultDetector::stats)
+        Some(
+            match self.guard.as_ref().and_then(|g| g.detector.as_ref()) {
+                Some(d) => d.stats(),
+                None => self.counters.stats(),
+            },
+        )
     }
 
     /// The clock this limiter reads.
@@ -247,18 +279,19 @@ impl<K> KeyedRateLimiter<K> {
         fp: u64,
         check: Check,
     ) -> Result<Verdict, InsufficientCapacity> {
-        let p = self.params.load();
+        let snap = self.params.load();
+        let p = snap.cur;
         let (cost, reserve) = (check.units(), g.reserve(check.priority_class()));
         let tol = reserve.tolerance(p.tau);
         let w = priority::weight_within(&p, cost, tol)?;
         if w == 0 {
-            return Ok(self.peek_fp(fp, &p.within(tol), 0));
+            return Ok(self.peek_fp(fp, 0, |p| reserve.tolerance(p.tau)));
         }
         let retry = check.attempt_number() > 0;
         if retry {
             let now = self.now();
             if let Some(v) = g.over_budget(now) {
-                g.observe(&v, Some(fp), true, || now);
+                g.observe(&self.counters, &v, Some(fp), true, || now);
                 return Ok(v);
             }
         }
@@ -269,7 +302,7 @@ impl<K> KeyedRateLimiter<K> {
             reserve,
             retry,
         };
-        Ok(self.step_key_guarded(g, ask, &p))
+        Ok(self.step_key_guarded(g, ask, &snap))
     }
 }
 
@@ -281,9 +314,9 @@ impl<K: Hash> KeyedRateLimiter<K> {
         K: Borrow<Q>,
         Q: Hash + ?Sized,
     {
-        let p = self.params.load();
+        let snap = self.params.load();
         let fp = self.fingerprinter.fingerprint(key);
-        self.step_key(Ask::plain(fp, 1, p.unit()), &p)
+        self.step_key(Ask::plain(fp, 1, snap.cur.unit()), &snap)
     }
 
     /// Checks `cost` units for `key`: all or nothing. A cost of 0 reports the remaining
@@ -298,15 +331,16 @@ impl<K: Hash> KeyedRateLimiter<K> {
         K: Borrow<Q>,
         Q: Hash + ?Sized,
     {
-        let p = self.params.load();
+        let snap = self.params.load();
+        let p = snap.cur;
         let w = p
             .weight(cost)
             .ok_or(InsufficientCapacity::new(cost, p.burst))?;
         let fp = self.fingerprinter.fingerprint(key);
         if w == 0 {
-            return Ok(self.peek_fp(fp, &p, 0));
+            return Ok(self.peek_fp(fp, 0, |p| p.tau));
         }
-        Ok(self.step_key(Ask::plain(fp, cost, w), &p))
+        Ok(self.step_key(Ask::plain(fp, cost, w), &snap))
     }
 
     /// Checks `key` with per-request arguments: cost, attempt, priority class.
@@ -338,7 +372,13 @@ impl<K: Hash> KeyedRateLimiter<K> {
         Q: Hash + ?Sized,
     {
         match &self.guard {
-            None => self.check_key_n(key, check.units()),
+            None => {
+                let v = self.check_key_n(key, check.units())?;
+                if check.attempt_number() > 0 && check.units() > 0 {
+                    self.counters.bump(RETRIES);
+                }
+                Ok(v)
+            }
             Some(g) => self.check_fp_attached(g, self.fingerprinter.fingerprint(key), check),
         }
     }
@@ -349,9 +389,7 @@ impl<K: Hash> KeyedRateLimiter<K> {
         K: Borrow<Q>,
         Q: Hash + ?Sized,
     {
-        let p = self.params.load();
-        let w = p.unit();
-        self.peek_fp(self.fingerprinter.fingerprint(key), &p, w)
+        self.peek_fp(self.fingerprinter.fingerprint(key), 1, |p| p.tau)
     }
 }
 

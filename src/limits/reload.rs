@@ -103,8 +103,8 @@ impl Decision {
 /// let diff = handle.reload(doc("1/s;burst=2", 2)?)?;
 /// assert_eq!(diff.changed()[0].policy, "api");
 /// assert_eq!(handle.revision(), 2);
-/// // alice keeps her state: the raised burst grants one more, not a fresh bucket of two.
-/// assert!(handle.check("free", "search", "/api/x", "alice", Check::cost(1))?.is_permitted());
+/// // alice keeps her fill level: she had used all of a burst of 1, so she has used all of
+/// // the burst of 2 too — no free request for a raised burst.
 /// assert!(!handle.check("free", "search", "/api/x", "alice", Check::cost(1))?.is_permitted());
 ///
 /// let tighter = doc("1/min", 3)?; // 60× tighter and not acknowledged
@@ -119,9 +119,11 @@ impl Decision {
 /// document leaves the old one serving. An accepted one is swapped in at once:
 ///
 /// * unchanged policies keep their limiter, state untouched;
-/// * changed policies (same name) keep their limiter and every key's TAT; the new quota is
-///   set with [`set_quota`](crate::KeyedRateLimiter::set_quota), whose clamp means no
-///   lockout and no free burst (a full bucket stays full; time is carried over, not tokens);
+/// * changed policies (same name) keep their limiter and every key's fill level; the new
+///   quota is set as by [`set_quota`](crate::KeyedRateLimiter::set_quota): a key that had
+///   used a share of its burst has used the same share of the new one, so no lockout and no
+///   free burst. Checks wait while the changed policies' tables are rescaled (a few
+///   milliseconds per million tracked keys), so each check sees one revision;
 /// * **state is kept only for quota, burst and matcher changes**: a policy whose priority
 ///   `classes` or `retry_budget` change gets a new limiter (a limiter's classes and budget
 ///   are fixed when it is built), so every key of that policy starts with a full burst and
@@ -222,6 +224,9 @@ impl LimitsHandle {
         let moved_on = revision != old.limits.revision();
         let (next, requota) = old.successor(Arc::new(new), &self.settings);
         {
+            // Under the write guard, so a check sees one revision: the quota change walks the
+            // policy's key table once (rescaling each key's cell to its fill level under the
+            // new quota, a few milliseconds per million keys), and checks wait for it.
             let mut current = self.current.write();
             for (limiter, quota) in requota {
                 limiter.set_quota(quota);

@@ -53,8 +53,10 @@ struct Shared {
     reference: Clock,
     /// Read on every check: `true` once the limiter must read the reference clock.
     switched: AtomicBool,
-    /// Read on every check: `true` while in the pass-through window after a fault.
-    faulted: AtomicBool,
+    /// Read on every check: when the pass-through window after the last fault ends, on the
+    /// reference clock (0: no fault yet). A check compares its own reading with it, so the
+    /// window ends on time whether or not anything samples.
+    fault_until: AtomicU64,
     faults: AtomicU64,
     every: u32,
     tolerance: f64,
@@ -66,7 +68,6 @@ struct Shared {
 #[derive(Default)]
 struct State {
     last: Option<(u64, u64)>,
-    fault_until: u64,
     last_fault: Option<ClockFault>,
 }
 
@@ -109,7 +110,7 @@ impl Watchdog {
                 fast,
                 reference,
                 switched: AtomicBool::new(false),
-                faulted: AtomicBool::new(false),
+                fault_until: AtomicU64::new(0),
                 faults: AtomicU64::new(0),
                 every: every.max(1).next_power_of_two(),
                 tolerance,
@@ -127,9 +128,6 @@ impl Watchdog {
         let sh = &*self.shared;
         let mut st = sh.state.lock();
         let (fast, reference) = (sh.fast.raw_nanos(), sh.reference.now_nanos());
-        if sh.faulted.load(Ordering::Relaxed) && reference >= st.fault_until {
-            sh.faulted.store(false, Ordering::Relaxed);
-        }
         if sh.switched.load(Ordering::Relaxed) {
             // The fast clock is no longer read: nothing it does can be a new fault.
             return None;
@@ -156,12 +154,12 @@ impl Watchdog {
             }
         };
         if let Some(f) = fault {
-            st.fault_until = reference.saturating_add(sh.window);
             st.last_fault = Some(f);
             sh.faults.fetch_add(1, Ordering::Relaxed);
-            // Release: nothing else to publish, but keep the two flags ordered for readers.
+            // Release: nothing else to publish, but keep the two words ordered for readers.
+            sh.fault_until
+                .store(reference.saturating_add(sh.window), Ordering::Release);
             sh.switched.store(true, Ordering::Release);
-            sh.faulted.store(true, Ordering::Release);
         }
         fault
     }
@@ -184,9 +182,18 @@ impl Watchdog {
         Sampler { stop, thread }
     }
 
-    /// `true` while in the pass-through window after a fault.
+    /// `true` while in the pass-through window after a fault. The window ends on time, on
+    /// the reference clock, whether or not anything samples.
     pub fn is_faulted(&self) -> bool {
-        self.shared.faulted.load(Ordering::Relaxed)
+        self.is_faulted_at(self.shared.reference.now_nanos())
+    }
+
+    /// [`is_faulted`](Self::is_faulted) at `now`, a reading of the reference clock (the
+    /// clock a limiter reads after a fault): one load, nothing written, so the window ends
+    /// at its instant whatever the traffic.
+    #[inline]
+    pub(crate) fn is_faulted_at(&self, now: u64) -> bool {
+        now < self.shared.fault_until.load(Ordering::Relaxed)
     }
 
     /// `true` once a fault made the limiter read the reference clock.
@@ -209,7 +216,7 @@ impl Watchdog {
         let mut st = self.shared.state.lock();
         st.last = None;
         self.shared.switched.store(false, Ordering::Relaxed);
-        self.shared.faulted.store(false, Ordering::Relaxed);
+        self.shared.fault_until.store(0, Ordering::Relaxed);
     }
 
     /// The reading a limiter uses: the fast clock, or the reference once switched.

@@ -304,8 +304,14 @@ impl Model {
         self.eval(now, 1).0
     }
 
-    /// `set_quota`: the TAT is carried over as is (the clamp happens on the next step).
-    pub fn set_spec(&mut self, spec: Spec) {
+    /// `set_quota` at `now`: the cell keeps its fill level. If it has used the share
+    /// `u = clamp((tat − now)/τ_old, 0, 1)` of its burst, it has used the same share of the
+    /// new burst: `tat' = now + ⌈u·τ_new⌉` (an idle TAT, at or before `now`, stays as it is).
+    pub fn set_spec(&mut self, spec: Spec, now: u128) {
+        if self.tat > now {
+            let ahead = (self.tat - now).min(self.spec.tau);
+            self.tat = (now + (ahead * spec.tau).div_ceil(self.spec.tau)).min(MAX_TAT);
+        }
         self.spec = spec;
     }
 }

@@ -6,11 +6,13 @@ use std::sync::atomic::{AtomicU64, AtomicUsize};
 
 use parking_lot::Mutex;
 
-use super::{KeyedRateLimiter, Overflow, Slow, DEFAULT_MAX_KEYS, MAX_KEYS_LIMIT, WINDOW};
-use crate::engine::cell::{Padded, SharedParams};
+use super::{KeyedRateLimiter, Overflow, Slow, DEFAULT_MAX_KEYS, GROUP, MAX_KEYS_LIMIT, WINDOW};
+use crate::engine::cell::Padded;
 use crate::engine::clock::Clock;
 use crate::engine::fingerprint::Fingerprinter;
+use crate::engine::params::{Gate, SharedParams};
 use crate::engine::quota::Quota;
+use crate::engine::stats::Counters;
 use crate::limiter::guard::{Attached, Guard};
 use crate::safety::fault::FaultDetector;
 use crate::safety::watchdog::Watchdog;
@@ -122,11 +124,15 @@ impl<K> KeyedRateLimiterBuilder<K> {
         };
         KeyedRateLimiter {
             slots,
+            gates: (0..capacity.div_ceil(GROUP))
+                .map(|_| Gate::default())
+                .collect(),
             capacity,
             max_keys: if capacity == 0 { 0 } else { max_keys },
             params: SharedParams::new(self.quota.params()),
             overflow: Overflow {
                 tat: Padded(AtomicU64::new(0)),
+                gate: Gate::default(),
                 params: self.overflow_quota.map(|q| SharedParams::new(q.params())),
             },
             fingerprinter: Fingerprinter::new(),
@@ -135,6 +141,8 @@ impl<K> KeyedRateLimiterBuilder<K> {
             len: AtomicUsize::new(0),
             spilled: AtomicUsize::new(0),
             guard: Guard::boxed(self.attached),
+            spill_gate: Gate::default(),
+            counters: Counters::new(),
             slow: Mutex::new(Slow {
                 pass_min: u64::MAX,
                 ..Slow::default()

@@ -1,6 +1,6 @@
 //! Carrying one key's state between two limiters (a staged rollout moves keys between the
-//! old and the new document's limiters): time is carried over, so a move never hands out a
-//! free burst.
+//! old and the new document's limiters): the key's fill level is carried over, as for a quota
+//! change, so a move never hands out a free burst.
 
 use core::borrow::Borrow;
 use core::hash::Hash;
@@ -8,23 +8,43 @@ use std::sync::atomic::Ordering;
 
 use super::{Found, KeyedRateLimiter, WINDOW};
 use crate::engine::cell::TOMBSTONE;
+use crate::engine::gcra;
 
 impl<K> KeyedRateLimiter<K> {
-    /// The TAT of the key with fingerprint `fp`, if it is tracked and live.
-    fn live_tat(&self, fp: u64) -> Option<u64> {
-        let tat = match (fp, self.find(fp)) {
-            (1.., Found::Slot(slot)) => self.tat_word(slot).load(Ordering::Acquire),
-            _ => *self.slow.lock().spill.get(&fp)?,
+    /// The key with fingerprint `fp`, if it is tracked and live: its TAT, the tolerance it
+    /// was written under, and the instant read.
+    fn live_fill(&self, fp: u64) -> Option<(u64, u64, u64)> {
+        let snap = self.params.load();
+        let (tat, tau) = match (fp, self.find(fp)) {
+            (1.., Found::Slot(slot)) => {
+                let (p, _) = self.gate_of(slot).resolve(&snap);
+                (self.tat_word(slot).load(Ordering::Acquire), p.tau)
+            }
+            _ => {
+                let slow = self.slow.lock();
+                (
+                    *slow.spill.get(&fp)?,
+                    Self::params_at(&snap, &self.spill_gate).tau,
+                )
+            }
         };
-        (tat != TOMBSTONE && tat > self.now()).then_some(tat)
+        let now = self.now();
+        (tat != TOMBSTONE && tat > now).then_some((tat, tau, now))
     }
 
-    /// Starts the untracked key `fp` at `tat`, if there is room; a tracked key keeps its own.
-    fn adopt(&self, fp: u64, tat: u64) {
+    /// Starts the untracked key `fp` at the fill level `(tat, tau_from, at)` carried from
+    /// another limiter, if there is room; a tracked key moves up to it if that is later.
+    fn adopt(&self, fp: u64, (tat, tau_from, at): (u64, u64, u64)) {
         let mut slow = self.slow.lock();
-        let now = self.now().max(slow.last_now);
-        slow.last_now = now;
-        if tat <= now || fp == 0 || self.capacity == 0 || slow.spill.contains_key(&fp) {
+        let now = self.locked_now(&mut slow).max(at);
+        let snap = self.params.load();
+        let fill = |tau_to: u64| gcra::rescale(tat, now, tau_from, tau_to);
+        if let Some(own) = slow.spill.get_mut(&fp) {
+            let tau = Self::params_at(&snap, &self.spill_gate).tau;
+            *own = (*own).max(fill(tau));
+            return;
+        }
+        if fp == 0 || self.capacity == 0 {
             return;
         }
         let home = self.home(fp);
@@ -32,7 +52,13 @@ impl<K> KeyedRateLimiter<K> {
         for _ in 0..WINDOW {
             let key = self.key_word(slot).load(Ordering::Acquire);
             if key == fp {
-                if self.tat_word(slot).load(Ordering::Acquire) != TOMBSTONE {
+                let word = self.tat_word(slot);
+                if word.load(Ordering::Acquire) != TOMBSTONE {
+                    // Tracked: keep the later of the two fill levels. Under the insert lock,
+                    // so the group's generation cannot change; `fetch_max` leaves a tombstone
+                    // (u64::MAX) as it is, and races allows harmlessly.
+                    let tau = Self::params_at(&snap, self.gate_of(slot)).tau;
+                    word.fetch_max(fill(tau), Ordering::AcqRel);
                     return;
                 }
                 free = Some((slot, false));
@@ -51,37 +77,26 @@ impl<K> KeyedRateLimiter<K> {
         else {
             return;
         };
-        if self.len() < self.max_keys {
+        let tat = fill(Self::params_at(&snap, self.gate_of(slot)).tau);
+        if tat > now && self.len() < self.max_keys {
             self.install(&mut slow, slot, fp, empty, tat);
         }
     }
 }
 
 impl<K: Hash> KeyedRateLimiter<K> {
-    /// If `key` is live in `from`, carries its place in time here: an untracked key starts at
-    /// `from`'s TAT, a tracked one moves up to it if that is later. A key moving between the
-    /// two limiters never gets a fresh burst; the clamp on its next check fits the TAT to this
-    /// limiter's tolerance.
+    /// If `key` is live in `from`, carries its fill level here: if it has used a share `u` of
+    /// its burst there, it has used (at least) the same share of this limiter's burst. An
+    /// untracked key starts there, a tracked one moves up to it if that is fuller. A key
+    /// moving between the two limiters never gets a fresh burst, and never loses more than
+    /// its share.
     pub(crate) fn carry_from<Q>(&self, from: &KeyedRateLimiter<K>, key: &Q)
     where
         K: Borrow<Q>,
         Q: Hash + ?Sized,
     {
-        let Some(tat) = from.live_tat(from.fingerprinter.fingerprint(key)) else {
-            return;
-        };
-        let fp = self.fingerprinter.fingerprint(key);
-        if fp != 0 {
-            if let Found::Slot(slot) = self.find(fp) {
-                let word = self.tat_word(slot);
-                if word.load(Ordering::Acquire) != TOMBSTONE {
-                    // Tracked here too: keep the later of the two places in time. `fetch_max`
-                    // leaves a tombstone (u64::MAX) as it is.
-                    word.fetch_max(tat, Ordering::AcqRel);
-                    return;
-                }
-            }
+        if let Some(fill) = from.live_fill(from.fingerprinter.fingerprint(key)) {
+            self.adopt(self.fingerprinter.fingerprint(key), fill);
         }
-        self.adopt(fp, tat);
     }
 }

@@ -1,0 +1,411 @@
+//! Quota parameters published to lock-free readers, and live quota changes that keep every
+//! cell's fill level.
+//!
+//! # How a change reaches every cell
+//!
+//! `set_quota` is rare and serialised by the limiter; checks are not. A change must rescale
+//! each cell's TAT to the new tolerance ([`gcra::rescale`]) exactly once, and a check must
+//! never apply one quota's parameters to a TAT written under the other's — that is how a
+//! racing check used to wipe debt built under a new quota. So:
+//!
+//! 1. [`SharedParams::begin`] publishes the new parameters *together with the previous ones*,
+//!    under a new generation `g`.
+//! 2. The limiter rescales its cells group by group. Each group of TAT words has a [`Gate`]:
+//!    `2g` once its words are in generation `g`'s scale, odd while they are being rescaled.
+//! 3. [`SharedParams::finish`] publishes the new parameters alone.
+//!
+//! A check reads the snapshot; in steady state (no previous parameters) that is all. During a
+//! change it reads its group's gate and uses the parameters of the generation the gate names.
+//! Either way, after loading the TAT word it re-validates the snapshot and the gate
+//! ([`Token::still_valid`]); a rescale or a new change in between makes it start over, and its
+//! compare-and-swap fails if a rescale lands after the re-validation. The only way a check can
+//! act on stale parameters is a rescale that left the word's value unchanged (an ABA): that is
+//! one check per thread in flight, the bound the engine promises for a change.
+
+use core::hint::spin_loop;
+use std::sync::atomic::{fence, AtomicU64, Ordering};
+
+use crate::engine::cell::TOMBSTONE;
+use crate::engine::gcra::{self, Params, Per};
+
+/// Words per parameter set: `T` (0 for a byte budget), τ, burst, ns-per-byte numerator,
+/// denominator low, denominator high.
+const SET: usize = 6;
+
+/// Quota parameters behind a double-buffered sequence lock: readers never write and never
+/// wait for a writer. A writer (rare, serialised by the caller's quota lock) fills the copy
+/// readers are not using, then publishes it by bumping `seq`; a reader retries only if a whole
+/// write finished while it read.
+///
+/// | word of `copies[i]` | meaning |
+/// |---|---|
+/// | `0` | the fast path's `T`: `T` for a request quota in steady state; 0 for a byte budget or during a change (the fast path then steps aside) |
+/// | `1..7` | the parameters in force (see `SET`) |
+/// | `7..13` | during a change: the previous parameters; `T = τ = 0` otherwise |
+/// | `13` | the generation: how many changes have begun |
+///
+/// `seq` names the copy in force (`copies[seq & 1]`) and versions the whole snapshot.
+#[derive(Debug)]
+pub(crate) struct SharedParams {
+    seq: AtomicU64,
+    copies: [[AtomicU64; 14]; 2],
+}
+
+/// One consistent reading of [`SharedParams`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Snapshot {
+    /// The parameters in force.
+    pub(crate) cur: Params,
+    /// During a change: the parameters of the cells not yet rescaled.
+    pub(crate) prev: Option<Params>,
+    /// The generation of `cur`.
+    pub(crate) gen: u64,
+    /// The sequence number read, to re-validate with [`SharedParams::unchanged`].
+    pub(crate) seq: u64,
+}
+
+impl SharedParams {
+    pub(crate) fn new(params: Params) -> Self {
+        let words = encode(params, None, 0);
+        Self {
+            seq: AtomicU64::new(0),
+            copies: [words.map(AtomicU64::new), words.map(AtomicU64::new)],
+        }
+    }
+
+    /// For a request quota in steady state, `(T, τ, seq)`: three loads and a check; `None`
+    /// for a byte budget or during a change. The hot path of a direct check.
+    #[inline]
+    pub(crate) fn load_request(&self) -> Option<(u64, u64, u64)> {
+        loop {
+            // Acquire: pairs with the writer's Release, so the copy read below is complete.
+            let before = self.seq.load(Ordering::Acquire);
+            let c = &self.copies[(before & 1) as usize];
+            // Relaxed: validated by the sequence check after the fence.
+            let t = c[0].load(Ordering::Relaxed);
+            let tau = c[2].load(Ordering::Relaxed);
+            // Acquire fence: the loads above happen before the re-read of `seq`, so a write
+            // into this copy that overlapped them shows as a changed sequence number.
+            fence(Ordering::Acquire);
+            if self.seq.load(Ordering::Relaxed) == before {
+                return (t != 0).then_some((t, tau, before));
+            }
+            spin_loop();
+        }
+    }
+
+    /// A consistent snapshot: the parameters in force and, during a change, the previous ones.
+    #[inline]
+    pub(crate) fn load(&self) -> Snapshot {
+        loop {
+            let before = self.seq.load(Ordering::Acquire);
+            let c = &self.copies[(before & 1) as usize];
+            let cur = decode(&c[1..7]);
+            // A previous set is present only during a change (its τ is never 0 then).
+            let prev = (c[8].load(Ordering::Relaxed) != 0).then(|| decode(&c[7..13]));
+            let gen = c[13].load(Ordering::Relaxed);
+            fence(Ordering::Acquire);
+            if self.seq.load(Ordering::Relaxed) == before {
+                return Snapshot {
+                    cur,
+                    prev,
+                    gen,
+                    seq: before,
+                };
+            }
+            spin_loop();
+        }
+    }
+
+    /// `true` if nothing was published since the snapshot `seq` was read. Call it after an
+    /// Acquire load of a TAT word: a rescale publishes its snapshot before it writes any word,
+    /// so a reader that saw a rescaled word sees the new sequence number here.
+    #[inline]
+    pub(crate) fn unchanged(&self, seq: u64) -> bool {
+        self.seq.load(Ordering::Acquire) == seq
+    }
+
+    /// Starts a change to `new`: publishes it with the parameters it replaces, under the next
+    /// generation, and returns `(previous, generation)`. The caller serialises changes, then
+    /// rescales every [`Gate`] to the returned generation and calls [`finish`](Self::finish).
+    pub(crate) fn begin(&self, new: Params) -> (Params, u64) {
+        let old = self.load();
+        let gen = old.gen.wrapping_add(1);
+        self.publish(encode(new, Some(old.cur), gen));
+        (old.cur, gen)
+    }
+
+    /// Ends the change begun last: every gate is rescaled, the previous parameters go.
+    pub(crate) fn finish(&self) {
+        let s = self.load();
+        self.publish(encode(s.cur, None, s.gen));
+    }
+
+    fn publish(&self, words: [u64; 14]) {
+        let seq = self.seq.load(Ordering::Relaxed);
+        let next = seq.wrapping_add(1);
+        for (word, value) in self.copies[(next & 1) as usize].iter().zip(words) {
+            word.store(value, Ordering::Relaxed);
+        }
+        // Release: a reader that sees `next` sees every word written above.
+        self.seq.store(next, Ordering::Release);
+    }
+}
+
+fn encode_set(p: Params) -> [u64; SET] {
+    let (t, num, den) = match p.per {
+        Per::Request { t } => (t, 0, 0),
+        Per::Byte { num, den } => (0, num, den),
+    };
+    // Truncations are the intended split of a u128 into two words.
+    [t, p.tau, p.burst, num, den as u64, (den >> 64) as u64]
+}
+
+fn encode(cur: Params, prev: Option<Params>, gen: u64) -> [u64; 14] {
+    let c = encode_set(cur);
+    let p = prev.map_or([0; SET], encode_set);
+    let fast_t = if prev.is_none() { c[0] } else { 0 };
+    [
+        fast_t, c[0], c[1], c[2], c[3], c[4], c[5], p[0], p[1], p[2], p[3], p[4], p[5], gen,
+    ]
+}
+
+fn decode(w: &[AtomicU64]) -> Params {
+    let t = w[0].load(Ordering::Relaxed);
+    let per = if t != 0 {
+        Per::Request { t }
+    } else {
+        let den = u128::from(w[4].load(Ordering::Relaxed))
+            | (u128::from(w[5].load(Ordering::Relaxed)) << 64);
+        Per::Byte {
+            num: w[3].load(Ordering::Relaxed),
+            den,
+        }
+    };
+    Params {
+        per,
+        tau: w[1].load(Ordering::Relaxed),
+        burst: w[2].load(Ordering::Relaxed),
+    }
+}
+
+/// The generation a group of TAT words is in: `2g` once rescaled to generation `g`, `2g − 1`
+/// while being rescaled to it. Written only by the (serialised) change; read by checks only
+/// while a change is in progress.
+#[derive(Debug, Default)]
+pub(crate) struct Gate(AtomicU64);
+
+/// What a check read before its TAT word, to re-validate after it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Token {
+    seq: u64,
+    /// The gate's value, if the check had to read it (during a change).
+    gate: Option<u64>,
+}
+
+impl Token {
+    /// A token for a steady-state snapshot (the gate need not be read).
+    #[inline]
+    pub(crate) fn steady(seq: u64) -> Self {
+        Self { seq, gate: None }
+    }
+
+    /// `true` if the parameters chosen with this token still apply to the words behind
+    /// `gate`. Call after an Acquire load of such a word.
+    #[inline]
+    pub(crate) fn still_valid(&self, params: &SharedParams, gate: &Gate) -> bool {
+        params.unchanged(self.seq)
+            && self
+                .gate
+                .is_none_or(|g| gate.0.load(Ordering::Acquire) == g)
+    }
+}
+
+impl Gate {
+    /// The parameters that apply to the words behind this gate under `snap`, and the token to
+    /// re-validate them with. In steady state that is `snap.cur` and no gate read; during a
+    /// change it waits while this group is being rescaled (a few hundred nanoseconds: the
+    /// change holds no lock a check needs, but a group's words must move together).
+    #[inline]
+    pub(crate) fn resolve(&self, snap: &Snapshot) -> (Params, Token) {
+        let Some(prev) = snap.prev else {
+            return (snap.cur, Token::steady(snap.seq));
+        };
+        self.resolve_changing(snap, prev)
+    }
+
+    #[cold]
+    fn resolve_changing(&self, snap: &Snapshot, prev: Params) -> (Params, Token) {
+        let mut spins = 0u32;
+        loop {
+            let g = self.0.load(Ordering::Acquire);
+            if g & 1 == 0 {
+                // 2·gen: rescaled; anything older: still in the previous generation's scale.
+                let p = if g == snap.gen.wrapping_mul(2) {
+                    snap.cur
+                } else {
+                    prev
+                };
+                return (
+                    p,
+                    Token {
+                        seq: snap.seq,
+                        gate: Some(g),
+                    },
+                );
+            }
+            spins += 1;
+            if spins < 64 {
+                spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    /// The change side: rescales `words` (TAT words of this group; tombstones are skipped)
+    /// from `old` to `new` at `now`, and marks the group as in generation `gen`. The caller
+    /// serialises changes and holds whatever lock orders inserts into this group.
+    pub(crate) fn rescale<'a>(
+        &self,
+        gen: u64,
+        words: impl IntoIterator<Item = &'a AtomicU64>,
+        old: &Params,
+        new: &Params,
+        now: u64,
+    ) {
+        // Odd while the words move. Relaxed store, then a Release fence: a reader whose Acquire
+        // load of a word sees a rescaled value then sees the odd (or final) gate value.
+        self.0
+            .store(gen.wrapping_mul(2).wrapping_sub(1), Ordering::Relaxed);
+        fence(Ordering::Release);
+        for word in words {
+            rescale_word(word, old.tau, new.tau, now);
+        }
+        // Release: a reader that sees the final value sees every rescaled word.
+        self.0.store(gen.wrapping_mul(2), Ordering::Release);
+    }
+
+    /// The generation-`gen` mark, for a group created during (or after) that generation.
+    pub(crate) fn mark(&self, gen: u64) {
+        self.0.store(gen.wrapping_mul(2), Ordering::Release);
+    }
+
+    /// Waits until this group's words are in generation `gen`'s scale (or a later one): for
+    /// the rare check whose cost fits the new quota but not the previous one, on a group the
+    /// change has not reached yet. The change rescales group by group without waiting for
+    /// checks, so this ends.
+    #[cold]
+    pub(crate) fn wait_for(&self, gen: u64) {
+        let mut spins = 0u32;
+        while self
+            .0
+            .load(Ordering::Acquire)
+            .wrapping_sub(gen.wrapping_mul(2))
+            > u64::MAX / 2
+        {
+            spins += 1;
+            if spins < 64 {
+                spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    /// `true` if this group's words are in generation `gen`'s scale (for writers that hold the
+    /// lock the change takes per group).
+    pub(crate) fn is_at(&self, gen: u64) -> bool {
+        self.0.load(Ordering::Acquire) == gen.wrapping_mul(2)
+    }
+}
+
+/// Rescales one TAT word to a new tolerance at `now` (see [`gcra::rescale`]), racing checks
+/// with compare-and-swap: every check that lands first is rescaled with the rest.
+pub(crate) fn rescale_word(word: &AtomicU64, tau_old: u64, tau_new: u64, now: u64) {
+    let mut cur = word.load(Ordering::Acquire);
+    loop {
+        if cur == TOMBSTONE {
+            return;
+        }
+        let next = gcra::rescale(cur, now, tau_old, tau_new);
+        if next == cur {
+            return;
+        }
+        match word.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return,
+            Err(actual) => cur = actual,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(t: u64, burst: u64) -> Params {
+        Params {
+            per: Per::Request { t },
+            tau: t * burst,
+            burst,
+        }
+    }
+
+    #[test]
+    fn params_round_trip_through_the_seqlock() {
+        let r = req(7, 10);
+        let bytes = Params {
+            per: Per::Byte {
+                num: 3,
+                den: (5u128 << 64) | 9,
+            },
+            tau: 1 << 40,
+            burst: 12,
+        };
+        let shared = SharedParams::new(r);
+        assert_eq!(shared.load().cur, r);
+        assert_eq!(
+            shared.load_request().map(|(t, tau, _)| (t, tau)),
+            Some((7, 70))
+        );
+        let (old, gen) = shared.begin(bytes);
+        assert_eq!((old, gen), (r, 1));
+        let s = shared.load();
+        assert_eq!((s.cur, s.prev, s.gen), (bytes, Some(r), 1));
+        assert_eq!(shared.load_request(), None, "no fast path during a change");
+        shared.finish();
+        let s = shared.load();
+        assert_eq!((s.cur, s.prev, s.gen), (bytes, None, 1));
+        assert_eq!(
+            shared.load_request(),
+            None,
+            "a byte budget has no fast path"
+        );
+    }
+
+    #[test]
+    fn a_gate_names_the_parameters_of_its_words() {
+        let (a, b) = (req(10, 5), req(10, 50));
+        let shared = SharedParams::new(a);
+        let gate = Gate::default();
+        let word = AtomicU64::new(125); // at now = 100: half of τ = 50 used
+        let (old, gen) = shared.begin(b);
+        let snap = shared.load();
+        let (p, token) = gate.resolve(&snap);
+        assert_eq!(p, a, "not rescaled yet: the previous quota");
+        gate.rescale(gen, [&word], &old, &b, 100);
+        assert_eq!(word.load(Ordering::Relaxed), 350, "half of τ = 500 used");
+        assert!(
+            !token.still_valid(&shared, &gate),
+            "the rescale invalidates it"
+        );
+        let (p, token) = gate.resolve(&shared.load());
+        assert_eq!(p, b);
+        assert!(token.still_valid(&shared, &gate));
+        shared.finish();
+        assert!(
+            !token.still_valid(&shared, &gate),
+            "a new snapshot invalidates it"
+        );
+    }
+}

@@ -1,0 +1,123 @@
+//! Sweeping idle keys to make room, and rescaling every key's cell for a quota change.
+
+use std::sync::atomic::Ordering;
+
+use super::{KeyedRateLimiter, Slow, Swept, GROUP, WINDOW};
+use crate::engine::cell::TOMBSTONE;
+use crate::engine::gcra::{self, Params};
+
+impl<K> KeyedRateLimiter<K> {
+    /// A quota change from `old` to `new` (generation `gen`, already published): rescales the
+    /// spilled keys, the overflow cell (if it follows the per-key quota) and then the table,
+    /// one group of [`GROUP`] slots at a time, each under the insert lock, so that a key placed
+    /// during the change is placed under the parameters of its group's generation. Checks of
+    /// tracked keys go on lock-free meanwhile; one whose group is being rescaled waits for
+    /// that group only.
+    pub(super) fn rescale_all(&self, old: &Params, new: &Params, gen: u64) {
+        {
+            let mut slow = self.slow.lock();
+            let now = self.locked_now(&mut slow);
+            for tat in slow.spill.values_mut() {
+                *tat = gcra::rescale(*tat, now, old.tau, new.tau);
+            }
+            self.spill_gate.mark(gen);
+            if self.overflow.params.is_none() {
+                let word = &self.overflow.tat.0;
+                self.overflow.gate.rescale(gen, [word], old, new, now);
+            }
+            // A lower τ may make keys idle earlier than the last sweep pass saw.
+            slow.idle_not_before = 0;
+            slow.pass_min = 0;
+        }
+        for (group, gate) in self.gates.iter().enumerate() {
+            let mut slow = self.slow.lock();
+            let now = self.locked_now(&mut slow);
+            let end = ((group + 1) * GROUP).min(self.capacity);
+            let words = (group * GROUP..end).map(|slot| self.tat_word(slot));
+            gate.rescale(gen, words, old, new, now);
+        }
+    }
+
+    /// A clock reading under the insert lock, never behind an earlier one taken under it.
+    pub(super) fn locked_now(&self, slow: &mut Slow) -> u64 {
+        let now = self.now().max(slow.last_now);
+        slow.last_now = now;
+        now
+    }
+
+    /// Frees the first idle slot in the window starting at `home`, if any.
+    pub(super) fn sweep_window(&self, home: usize, now: u64) -> Option<usize> {
+        let mut slot = home;
+        for _ in 0..WINDOW {
+            if !matches!(self.sweep_slot(slot, now), Swept::Live(_)) {
+                return Some(slot);
+            }
+            slot = self.next(slot);
+        }
+        None
+    }
+
+    /// Marks `slot` dead if it is idle (TAT ≤ now).
+    pub(super) fn sweep_slot(&self, slot: usize, now: u64) -> Swept {
+        let tat = self.tat_word(slot);
+        let mut cur = tat.load(Ordering::Acquire);
+        // The CAS races allows on the same word: if an allow lands first the CAS fails and the
+        // key stays; if the CAS lands first the allow's CAS fails, sees the tombstone and
+        // revives the key under this same lock. No update is lost either way.
+        while cur != TOMBSTONE && cur <= now {
+            match tat.compare_exchange(cur, TOMBSTONE, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => {
+                    self.len.fetch_sub(1, Ordering::Relaxed);
+                    return Swept::Freed;
+                }
+                Err(actual) => cur = actual,
+            }
+        }
+        if cur == TOMBSTONE {
+            Swept::Dead
+        } else {
+            Swept::Live(cur)
+        }
+    }
+
+    /// Before giving up on a full table: if some key can be idle by now, sweep on from the
+    /// cursor until one idle key is freed or a whole pass is done. Each slot is visited once
+    /// per pass, and a pass that finds nothing records the earliest instant a tracked key can
+    /// go idle, so full-table arrivals before then cost nothing. Returns `true` if it freed a
+    /// key.
+    pub(super) fn sweep_some(&self, slow: &mut Slow, now: u64) -> bool {
+        if now < slow.idle_not_before {
+            return false;
+        }
+        let before = slow.spill.len();
+        slow.spill.retain(|_, tat| *tat > now);
+        if slow.spill.len() < before {
+            self.len
+                .fetch_sub(before - slow.spill.len(), Ordering::Relaxed);
+            self.spilled.store(slow.spill.len(), Ordering::Relaxed);
+            return true;
+        }
+        for _ in 0..self.capacity {
+            let slot = slow.cursor;
+            let swept = if self.key_word(slot).load(Ordering::Acquire) == 0 {
+                Swept::Dead
+            } else {
+                self.sweep_slot(slot, now)
+            };
+            if let Swept::Live(tat) = swept {
+                slow.pass_min = slow.pass_min.min(tat);
+            }
+            slow.cursor = slot + 1;
+            if slow.cursor == self.capacity {
+                let spill_min = slow.spill.values().copied().min().unwrap_or(u64::MAX);
+                slow.idle_not_before = slow.pass_min.min(spill_min);
+                slow.pass_min = u64::MAX;
+                slow.cursor = 0;
+            }
+            if let Swept::Freed = swept {
+                return true;
+            }
+        }
+        false
+    }
+}
