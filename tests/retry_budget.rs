@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use tollgate::{
-    Check, DenyReason, FaultDetector, KeyedRateLimiter, ManualClock, Quota, RateLimiter,
+    Backoff, Check, DenyReason, FaultDetector, KeyedRateLimiter, ManualClock, Quota, RateLimiter,
     RetryBudget, Verdict,
 };
 
@@ -239,15 +239,46 @@ fn limiters_stay_send_and_sync() {
     assert_send_sync::<RetryBudget>();
 }
 
+/// A retry budget without a floor earns retries only from originals, so waiting alone may never
+/// make room: the answer is one period (every retry counted now has aged out by then, and the
+/// originals of that period alone decide), never a sentinel.
 #[test]
-fn without_a_floor_an_empty_budget_never_promises_a_retry_time() {
-    let clock = tollgate::ManualClock::new();
-    let lim = tollgate::RateLimiter::builder("100/s".parse().unwrap())
-        .clock(clock.clone())
-        .retry_budget(tollgate::RetryBudget::new().with_floor(0))
-        .build();
-    let v = lim.check_with(tollgate::Check::cost(1).attempt(1)).unwrap();
-    let d = v.denied().expect("no originals and no floor: no budget");
-    assert_eq!(d.reason(), tollgate::DenyReason::RetryBudget);
-    assert_eq!(d.retry_after(), std::time::Duration::from_nanos(u64::MAX));
+fn without_a_floor_an_empty_budget_answers_one_period() {
+    for secs in [1, 10, 60] {
+        let period = Duration::from_secs(secs);
+        let clock = ManualClock::new();
+        let budget = RetryBudget::new().with_floor(0).with_period(period);
+        let lim = budgeted("100/s", budget, &clock);
+        let d = retry(&lim, 1)
+            .denied()
+            .expect("no originals and no floor: no budget");
+        assert_eq!(d.reason(), DenyReason::RetryBudget);
+        assert_eq!(d.retry_after(), period);
+        // What a client does with it stays within one and a half periods.
+        let backoff = Backoff::builder().seed(secs).build().unwrap();
+        assert!(backoff.after_deny(1, d.retry_after()) <= period * 3 / 2);
+    }
+}
+
+/// `examples/retry_budget.rs`'s one client: 10 originals from others, its own original and
+/// one retry admitted, the next retry denied. Before issue 9 it was told 584 years.
+#[test]
+fn without_a_floor_a_spent_budget_answers_one_period_then_reopens() {
+    let clock = ManualClock::new();
+    let lim = budgeted("10000/s", RetryBudget::new().with_floor(0), &clock);
+    for _ in 0..11 {
+        assert!(lim.check().is_permitted());
+    }
+    clock.advance(Duration::from_millis(58));
+    assert!(retry(&lim, 1).is_permitted(), "11 originals earn one retry");
+    clock.advance(Duration::from_millis(184));
+    let d = retry(&lim, 2).denied().unwrap();
+    assert_eq!(d.reason(), DenyReason::RetryBudget);
+    assert_eq!(d.retry_after(), Duration::from_secs(10));
+    // One period later the old retry has aged out: ten new originals earn the next one.
+    clock.advance(d.retry_after());
+    for _ in 0..10 {
+        assert!(lim.check().is_permitted());
+    }
+    assert!(retry(&lim, 2).is_permitted());
 }

@@ -143,10 +143,11 @@ pub enum DenyReason {
     /// past the ceiling that still applies then (by default 10× its quota).
     Ceiling,
     /// A retry ([`Check::attempt`](crate::Check::attempt) ≥ 1) over the limiter's
-    /// [`RetryBudget`](crate::RetryBudget). The retry-after is when the budget will have room
-    /// again if no further originals arrive (new originals may open it sooner) — `u64::MAX`
-    /// ns when the budget has no floor and only new originals can make room; the quota was
-    /// not consulted.
+    /// [`RetryBudget`](crate::RetryBudget); the quota was not consulted. The retry-after is
+    /// when the budget will have room again if no further originals arrive (new originals
+    /// may open it sooner), at most one period: exactly one period when the budget has no
+    /// floor and only new originals can make room
+    /// (see [`RetryBudget`](crate::RetryBudget#what-a-denied-retry-is-told)).
     RetryBudget,
 }
 

@@ -44,6 +44,14 @@ const MAX_RATIO: f64 = 1_000.0;
 /// [`ManualClock`](crate::ManualClock), lock-free (one compare-and-swap per permitted check).
 /// The budget counts checks, not units: a retry of cost 10 is one retry.
 ///
+/// # What a denied retry is told
+///
+/// [`Denied::retry_after`](crate::Denied::retry_after) is when the budget will have room
+/// again if no further originals arrive (at most one period; new originals may open it
+/// sooner). A budget with no floor earns retries only from originals, so waiting alone may
+/// never make room: then the answer is one period, after which every retry counted now has
+/// aged out and the originals of that period alone decide.
+///
 /// # Caveats
 ///
 /// * Under concurrency, retries that peek the last unit of budget at the same instant may all
@@ -209,8 +217,10 @@ impl Window {
     }
 
     /// `None` if a retry at `now` fits the budget; else the ns until it will if no further
-    /// originals arrive: at most one period, or `u64::MAX` when there is no floor and only new
-    /// originals can make room.
+    /// originals arrive, at most one period. A budget with no floor earns retries only from
+    /// originals: when even an empty window would have no room, the answer is one period,
+    /// after which every retry counted now has aged out and the originals of that period
+    /// alone decide.
     pub(crate) fn peek(&self, now: u64) -> Option<u64> {
         let epoch = now / self.sub;
         let (orig, retr) = (
@@ -218,19 +228,15 @@ impl Window {
             self.counts(&self.retries.0, epoch),
         );
         // After `j` more sub-buckets, the oldest `j` have left the window.
-        (0..=SLOTS)
-            .find_map(|j| {
-                let kept = SLOTS - j;
-                let credit = self.credit(orig[..kept].iter().sum());
-                let used: u128 = retr[..kept].iter().sum();
-                match (j, credit > used) {
-                    (0, true) => Some(None),
-                    (_, true) => Some(Some(self.until(epoch + j as u64, now))),
-                    _ => None,
-                }
-            })
-            // Even an empty window has no credit: no floor, so waiting alone never helps.
-            .unwrap_or(Some(u64::MAX))
+        let opens = (0..=SLOTS).find(|&j| {
+            let kept = SLOTS - j;
+            self.credit(orig[..kept].iter().sum()) > retr[..kept].iter().sum()
+        });
+        match opens {
+            Some(0) => None,
+            Some(j) => Some(self.until(epoch + j as u64, now)),
+            None => Some(self.cfg.period),
+        }
     }
 
     /// Counts a permitted check at `now`: a deposit for an original, a debit for a retry.
@@ -340,6 +346,12 @@ mod tests {
         assert_eq!(w.peek(SEC / 2), Some(10 * SEC - SEC / 2));
         assert_eq!(w.peek(10 * SEC - 1), Some(1));
         assert_eq!(w.peek(10 * SEC), None);
+    }
+
+    #[test]
+    fn an_empty_budget_without_a_floor_reopens_after_one_period() {
+        let w = Window::new(RetryBudget::new().with_floor(0));
+        assert_eq!(w.peek(3 * SEC), Some(10 * SEC));
     }
 
     #[test]
