@@ -282,3 +282,53 @@ fn without_a_floor_a_spent_budget_answers_one_period_then_reopens() {
     }
     assert!(retry(&lim, 2).is_permitted());
 }
+
+/// Retries denied together are told reopening + k × (period / retries the window allows),
+/// round-robin over one period: never earlier than the reopening, never in step.
+#[test]
+fn retries_denied_together_learn_spread_retry_afters() {
+    let clock = ManualClock::new();
+    // Room for exactly 10 retries per 10 s: one a second.
+    let budget = RetryBudget::new().with_ratio(0.0).with_floor(1);
+    let lim = budgeted("1000000/s", budget, &clock);
+    clock.advance(Duration::from_millis(500));
+    for _ in 0..10 {
+        assert!(retry(&lim, 1).is_permitted());
+    }
+    let told: Vec<Duration> = (0..12)
+        .map(|_| retry(&lim, 1).denied().unwrap().retry_after())
+        .collect();
+    // The retries leave the window at 10 s: 9.5 s from now, then one per second of budget.
+    let reopening = Duration::from_millis(9_500);
+    let expected: Vec<Duration> = (0..12u32)
+        .map(|k| reopening + Duration::from_secs((k % 10).into()))
+        .collect();
+    assert_eq!(told, expected);
+    // The first is exact: one nanosecond earlier the budget is still spent.
+    clock.advance(reopening - Duration::from_nanos(1));
+    assert_eq!(reason(retry(&lim, 1)), Some(DenyReason::RetryBudget));
+    clock.advance(Duration::from_nanos(1));
+    assert!(retry(&lim, 1).is_permitted());
+}
+
+/// The spread follows the backlog of the window: denials that have aged out no longer push
+/// new ones back.
+#[test]
+fn the_spread_forgets_denials_older_than_the_window() {
+    let clock = ManualClock::new();
+    let budget = RetryBudget::new().with_ratio(0.0).with_floor(1);
+    let lim = budgeted("1000000/s", budget, &clock);
+    for _ in 0..10 {
+        assert!(retry(&lim, 1).is_permitted());
+    }
+    for _ in 0..3 {
+        let _ = retry(&lim, 1);
+    }
+    // 20 s on, the window is empty of retries and of denials alike.
+    clock.advance(Duration::from_secs(20));
+    for _ in 0..10 {
+        assert!(retry(&lim, 1).is_permitted());
+    }
+    let d = retry(&lim, 1).denied().unwrap();
+    assert_eq!(d.retry_after(), Duration::from_secs(10));
+}

@@ -144,9 +144,10 @@ pub enum DenyReason {
     Ceiling,
     /// A retry ([`Check::attempt`](crate::Check::attempt) ≥ 1) over the limiter's
     /// [`RetryBudget`](crate::RetryBudget); the quota was not consulted. The retry-after is
-    /// when the budget will have room again if no further originals arrive (new originals
-    /// may open it sooner), at most one period: exactly one period when the budget has no
-    /// floor and only new originals can make room
+    /// never earlier than when the budget will have room again if no further originals
+    /// arrive (new originals may open it sooner), and at most two periods: one period when
+    /// the budget has no floor and only new originals can make room, plus this denial's
+    /// place in the backlog, so that clients denied together do not come back together
     /// (see [`RetryBudget`](crate::RetryBudget#what-a-denied-retry-is-told)).
     RetryBudget,
 }
