@@ -159,7 +159,7 @@ impl RateLimiter {
     #[inline(never)]
     fn check_attached(&self, g: &Guard, check: Check) -> Result<Verdict, InsufficientCapacity> {
         let p = self.params.load();
-        let tol = g.reserve(check.priority_class()).tolerance(p.tau);
+        let tol = g.reserve(check.priority_class()).tolerance(&p);
         let w = priority::weight_within(&p, check.units(), tol)?;
         let now = g.now(&self.clock);
         if w == 0 {

@@ -249,7 +249,7 @@ impl<K> KeyedRateLimiter<K> {
     ) -> Result<Verdict, InsufficientCapacity> {
         let p = self.params.load();
         let (cost, reserve) = (check.units(), g.reserve(check.priority_class()));
-        let tol = reserve.tolerance(p.tau);
+        let tol = reserve.tolerance(&p);
         let w = priority::weight_within(&p, cost, tol)?;
         if w == 0 {
             return Ok(self.peek_fp(fp, &p.within(tol), 0));

@@ -118,7 +118,7 @@ impl<K> KeyedRateLimiter<K> {
                 if let Some(v) = cell::step_within(
                     self.tat_word(slot),
                     Attempt { now, p, w },
-                    ask.reserve.tolerance(p.tau),
+                    ask.reserve.tolerance(p),
                     DenyReason::Quota,
                     ours,
                     || self.now(),
@@ -166,7 +166,7 @@ impl<K> KeyedRateLimiter<K> {
     #[cold]
     pub(super) fn step_slow(&self, ask: Ask, p: &Params) -> Verdict {
         let Ask { fp, w, .. } = ask;
-        let tol = ask.reserve.tolerance(p.tau);
+        let tol = ask.reserve.tolerance(p);
         let mut slow = self.slow.lock();
         // Read under the lock, so the instants of successive sweeps and placements never go
         // backwards: a slot's new TAT (`now + w`) then exceeds every TAT it held before it was
@@ -219,7 +219,7 @@ impl<K> KeyedRateLimiter<K> {
             return None;
         }
         let Ask { fp, w, .. } = ask;
-        let tol = ask.reserve.tolerance(p.tau);
+        let tol = ask.reserve.tolerance(p);
         let home = self.home(fp);
         let mut free = None;
         let mut slot = home;
@@ -315,7 +315,7 @@ impl<K> KeyedRateLimiter<K> {
     ) -> Verdict {
         let Ask { fp, w, .. } = ask;
         let mut tat = 0;
-        let v = step_plain(&mut tat, now, p, w, ask.reserve.tolerance(p.tau));
+        let v = step_plain(&mut tat, now, p, w, ask.reserve.tolerance(p));
         if tat == 0 {
             return v; // An overflow denial: nothing to remember.
         }
@@ -395,7 +395,7 @@ impl<K> KeyedRateLimiter<K> {
     /// retry-after of `u64::MAX` ns.
     pub(super) fn step_overflow(&self, now: u64, p: &Params, ask: Ask) -> Verdict {
         let op = self.overflow_params(p);
-        let tol = ask.reserve.tolerance(op.tau);
+        let tol = ask.reserve.tolerance(&op);
         let Some(w) = op.weight(ask.cost).filter(|&w| w <= tol) else {
             return Verdict::Deny(Denied::new(u64::MAX, DenyReason::KeyTableFull));
         };
