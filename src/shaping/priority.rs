@@ -282,7 +282,7 @@ impl Reserve {
         if self.0 == 0 {
             return p.tau;
         }
-        self.share_of(p.tau).max(p.unit().min(p.tau))
+        p.at_least_one_unit(self.share_of(p.tau))
     }
 
     /// `⌊τ·(10^6 − r)/10^6⌋`: rounded down, so a class never reaches into the reserve.
@@ -329,6 +329,11 @@ mod tests {
         assert_eq!(Reserve(999_999).tolerance(&p), 100);
         assert_eq!(Reserve(900_000).tolerance(&p), 100);
         assert_eq!(Reserve(800_000).tolerance(&p), 200);
+        // 2 Gbit/s is 4 ns a byte; a burst of 10 B is 40 ns.
+        let bytes = "2Gbit/s;burst=10B".parse::<Quota>().unwrap().params(); // a test: a panic is its failure
+        assert_eq!(Reserve(950_000).tolerance(&bytes), 4);
+        assert_eq!(Reserve(900_000).tolerance(&bytes), 4);
+        assert_eq!(Reserve(500_000).tolerance(&bytes), 20);
         // A unit heavier than τ (not built by any quota) is still capped at τ.
         assert_eq!(
             Reserve(500_000).tolerance(&Params::request(2_000, 1_000)),
