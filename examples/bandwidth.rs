@@ -3,7 +3,7 @@
 //! * One cell, `8Gbit/s;burst=64MiB`, cost = bytes. Heartbeats are class 0 (critical);
 //!   recovery is class 2 with a reserve of 50 %: it may fill at most half the burst, so a
 //!   heartbeat always finds room, however hard recovery pushes.
-//! * Recovery offers 64 KiB chunks at about 16 Gbit/s (2× the link, 8× the lowered cap).
+//! * Recovery offers 64 KiB chunks at about 17 Gbit/s (2× the link, 8× the lowered cap).
 //! * After 3 s the cap is lowered live to `2Gbit/s;burst=64MiB` with `set_quota`: no restart,
 //!   no free burst (the link keeps its fill level: the share of the burst in use stays in
 //!   use under the new quota).

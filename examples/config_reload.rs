@@ -32,8 +32,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let d = handle.check("free", "search", "/v1/search", "cust-7", Check::cost(1))?;
     if let Some(denied) = d.verdict().denied() {
         println!(
-            "  next one denied by {:?}, retry after {:?}",
-            d.policy(),
+            "  next one denied by policy {:?}, retry after {:?}",
+            d.policy().unwrap_or("(none)"),
             denied.retry_after()
         );
     }

@@ -86,6 +86,7 @@ fn with_budget() -> Result<(), Box<dyn std::error::Error>> {
         .collect();
     let (mut admitted, mut budget_denied, mut zero_delays) = ([0u64; 2], 0u64, 0u64);
     let (mut first_retry, mut last_retry) = (None, Duration::ZERO);
+    let (mut told_min, mut told_max) = (Duration::MAX, Duration::ZERO);
     while let Some(Reverse((at, id, attempt))) = queue.pop() {
         clock.advance(at.saturating_sub(clock.now()));
         let verdict = server.check_with(Check::cost(1).attempt(attempt))?;
@@ -99,6 +100,8 @@ fn with_budget() -> Result<(), Box<dyn std::error::Error>> {
         if let Some(d) = verdict.denied() {
             if d.reason() == DenyReason::RetryBudget {
                 budget_denied += 1;
+                told_min = told_min.min(d.retry_after());
+                told_max = told_max.max(d.retry_after());
             }
         }
         // Permitted or not, the write failed: back off (with the server's retry-after on a
@@ -117,17 +120,29 @@ fn with_budget() -> Result<(), Box<dyn std::error::Error>> {
          = {:.2}x the real load",
         (originals + retries) as f64 / originals as f64
     );
-    let span = (last_retry - first_retry.unwrap_or_default()).as_secs_f64();
+    // The budget's promise: within any 10 of its 1 s sub-buckets, at most 10 % of the
+    // originals plus the floor's 100 (10/s × 10 s). Retries spanning `n` sub-buckets meet
+    // ⌈n/10⌉ such windows, each with its own 100.
+    let first_retry = first_retry.unwrap_or_default();
+    let touched = last_retry.as_secs() - first_retry.as_secs() + 1;
+    let windows = touched.div_ceil(10);
     println!(
-        "    bound on retries: 10 % of {originals} + 10/s over the {span:.1} s of retries = {:.0}",
-        originals as f64 * 0.1 + 10.0 * span
+        "    the budget's bound: 10 % of {originals} originals + 100 for each 10 s window the \
+         retries touch\n      ({:.1} s to {:.1} s: {windows} windows) = {} retries",
+        first_retry.as_secs_f64(),
+        last_retry.as_secs_f64(),
+        originals / 10 + 100 * windows
     );
     println!(
-        "    {budget_denied} retries denied with RetryBudget (and a retry-after); \
-         zero delays: {zero_delays}"
+        "    {budget_denied} retries denied with RetryBudget, each told a retry-after between \
+         {:.1} ms and {:.1} ms\n      (spread by the backlog, so the denied do not return \
+         together); waits of zero: {zero_delays}",
+        told_min.as_secs_f64() * 1e3,
+        told_max.as_secs_f64() * 1e3
     );
     println!(
-        "    stats(): original = {}, retries = {}, denied_retry_budget = {}",
+        "    stats(): original = {}, retries = {} (every retry attempt, admitted or not), \
+         denied_retry_budget = {}",
         stats.original, stats.retries, stats.denied_retry_budget
     );
     Ok(())
@@ -145,7 +160,10 @@ fn one_client() -> Result<(), Box<dyn std::error::Error>> {
         let _ = server.check();
     }
     let backoff = Backoff::builder().seed(7).build()?;
-    println!("one client (seed 7), its delays:");
+    println!(
+        "one client (seed 7), a budget with no floor, 10 originals from others so far; each wait \
+         is\n  its Backoff delay, or after a denial the server's retry-after plus jitter:"
+    );
     let outcome: Result<(), RetryError<&str>> = backoff.retry(
         |attempt| {
             let check = Check::cost(1).attempt(attempt);
@@ -170,5 +188,10 @@ fn one_client() -> Result<(), Box<dyn std::error::Error>> {
     if let Err(e) = outcome {
         println!(" -> {e}");
     }
+    println!(
+        "  with no floor only originals earn retries (11 of them earned the one admitted), and a \
+         budget\n  that waiting alone cannot reopen answers one period, 10 s: that retry \
+         has aged out by then"
+    );
     Ok(())
 }

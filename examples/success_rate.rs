@@ -17,7 +17,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         SuccessRate::builder()
             .tiers(["free", "paid", "enterprise"])
             .clock(clock.clone())
-            .on_alert(|alert| println!("PAGE  {alert} (at {:?})", alert.at()))
+            .on_alert(|alert| println!("PAGE at {:?}: {alert}", alert.at()))
             .build()?, // defaults: more than 2 pp within 60 s, 500 requests on each side
     );
 
@@ -36,24 +36,44 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // For idle periods a timer calls tick(); here traffic never stops, so it is a no-op.
     slo.tick();
 
+    println!("(times are since the start of the run; the config push was at {push:?})");
     for alert in slo.poll_alerts() {
+        let window = alert.window_end() - alert.window();
         println!(
-            "alert for {:?}: detected {:?} after the push",
+            "alert for {:?}: detected {:?} after the push; its window ran {:?} to {:?}, the last \
+             {:?} of it after the push",
             alert.tier(),
-            alert.at() - push
+            alert.at() - push,
+            window,
+            alert.window_end(),
+            alert.window_end().saturating_sub(push)
         );
     }
-    // What a metrics exporter would read: cumulative counters, and the windowed rate.
-    for tier in slo.snapshot() {
+    // What a metrics exporter would read: cumulative counters, and the rate over the last
+    // complete window, which has moved on since the alert.
+    let snapshot = slo.snapshot();
+    let end = snapshot[0].window_end();
+    println!(
+        "at {:?}, the end of the run: counts since the start, and each tier's success rate over \
+         the last complete window, {:?} to {end:?} ({:?} of it after the push):",
+        clock.now(),
+        end - slo.window(),
+        end.saturating_sub(push)
+    );
+    for tier in snapshot {
         let rate = tier.success_rate().map(|r| format!("{:.2} %", r * 100.0));
         println!(
-            "{:>10}: {:>6} ok, {:>5} 429, {:>3} 5xx, success rate over the last minute {}",
+            "{:>10}: {:>6} ok, {:>5} 429, {:>3} 5xx; success rate {}",
             tier.tier(),
             tier.successes(),
             tier.failures_429(),
             tier.failures_5xx(),
-            rate.as_deref().unwrap_or("n/a")
+            rate.as_deref().unwrap_or("n/a (no requests)")
         );
     }
+    println!(
+        "after the push, 14 % of paid requests get a 429: 86 % succeed; each window mixes in \
+         the 99.9 % before it"
+    );
     Ok(())
 }

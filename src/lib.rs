@@ -36,8 +36,9 @@
 //! weighs `n·T` and is allowed iff `max(tat, now) + n·T − now ≤ τ`; over any window of length
 //! `L` the allowed weight is at most `τ + L`, under any number of threads. A denial's
 //! [`retry_after`](Denied::retry_after) is exact: one nanosecond earlier the same check is
-//! still denied, at `retry_after` it is allowed. Byte budgets weigh a chunk of `n` bytes
-//! `⌈n·P/C⌉` ns.
+//! still denied, at `retry_after` it is allowed. For an HTTP `Retry-After` header use
+//! [`retry_after_secs`](Denied::retry_after_secs): whole seconds rounded up, never 0, at most
+//! a day. Byte budgets weigh a chunk of `n` bytes `⌈n·P/C⌉` ns.
 //!
 //! # Fault detection
 //!
@@ -143,7 +144,8 @@
 //!   faster than one per nanosecond are rejected. τ is capped at 2^62 ns (about 146 years):
 //!   a larger burst is reduced, and [`Quota::burst`] reports the effective one.
 //! * **Overflow.** A clock reading so close to `u64::MAX` ns that the new TAT would not fit
-//!   is denied ([`DenyReason::ClockOverflow`], retry-after [`Duration::MAX`]), never allowed.
+//!   is denied ([`DenyReason::ClockOverflow`], retry-after [`Duration::MAX`], a `Retry-After`
+//!   of one day), never allowed.
 //! * **Overflow cell.** When a [`KeyedRateLimiter`] holds `max_keys` live keys, new keys share
 //!   one overflow cell, and its denials say [`DenyReason::KeyTableFull`]. Tracked keys are
 //!   never reset to make room; idle ones (whose cell is full again) are swept as new keys

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use tollgate::{
-    Check, KeyedRateLimiter, ManualClock, Priorities, Quota, RateLimiter, RateLimiterBuilder,
-    Verdict,
+    Check, KeyedRateLimiter, ManualClock, Priorities, PriorityError, Quota, RateLimiter,
+    RateLimiterBuilder, Verdict,
 };
 
 const CHUNK: u64 = 64 << 10;
@@ -223,6 +223,113 @@ fn keyed_limiters_apply_classes_per_key() {
     }
 }
 
+/// Issue 9: a reserve of 0.95 on a burst of 10 leaves class 2 half a request. The limits
+/// document rejects it; so does `Priorities::for_quota`, with the same rule and words.
+#[test]
+fn a_reserve_that_leaves_a_class_nothing_is_rejected_for_that_quota() {
+    let classes = || Priorities::new([(0, 0.0), (1, 0.5), (2, 0.95)]).unwrap();
+    let err = classes().for_quota(&q("10/s")).unwrap_err();
+    assert_eq!(
+        err,
+        PriorityError::Starved {
+            class: 2,
+            reserve: 0.95,
+            burst: 10,
+            bytes: false
+        }
+    );
+    assert_eq!(
+        err.to_string(),
+        "class 2 can never send: a reserve of 0.95 leaves it less than one request of the \
+         burst of 10"
+    );
+    // The most critical starved class is the one reported; a byte budget says bytes.
+    let err = classes().for_quota(&q("10B/s;burst=1B")).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "class 1 can never send: a reserve of 0.5 leaves it less than one byte of the burst of 1"
+    );
+    assert_eq!(classes().for_quota(&q("20/s")), Ok(classes()));
+}
+
+/// Every class can send one unit into an empty cell, whatever the reserve and the burst,
+/// on a direct and a keyed limiter.
+fn every_class_can_send_one(quota: &str, classes: &Priorities) -> Result<(), String> {
+    for class in [0u8, 1, 2, 9] {
+        let lim = RateLimiter::builder(q(quota))
+            .clock(ManualClock::new())
+            .priorities(classes.clone())
+            .build();
+        match lim.check_with(Check::cost(1).class(class)) {
+            Ok(v) if v.is_permitted() => {}
+            other => return Err(format!("{quota}, class {class}: {other:?}")),
+        }
+        let keyed = KeyedRateLimiter::<u8>::builder(q(quota))
+            .clock(ManualClock::new())
+            .priorities(classes.clone())
+            .build();
+        match keyed.check_key_with(&class, Check::cost(1).class(class)) {
+            Ok(v) if v.is_permitted() => {}
+            other => return Err(format!("keyed {quota}, class {class}: {other:?}")),
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn no_class_is_left_with_zero_capacity_when_attached_unchecked() {
+    let classes = Priorities::new([(0, 0.0), (1, 0.5), (2, 0.95)]).unwrap();
+    for quota in ["10/s", "1/s", "10B/s;burst=1B", "2Gbit/s;burst=10B"] {
+        every_class_can_send_one(quota, &classes).unwrap();
+    }
+    // A class held to one unit by the floor still sees its capacity as one.
+    let lim = RateLimiter::builder(q("10/s"))
+        .clock(ManualClock::new())
+        .priorities(classes)
+        .build();
+    let err = lim.check_with(Check::cost(2).class(2)).unwrap_err();
+    assert_eq!(err.capacity(), 1);
+}
+
+#[test]
+fn no_class_is_left_with_zero_capacity_after_set_quota_lowers_the_burst() {
+    let classes = Priorities::new([(0, 0.0), (2, 0.95)]).unwrap();
+    let clock = ManualClock::new();
+    let lim = RateLimiter::builder(q("100/s"))
+        .clock(clock.clone())
+        .priorities(classes.clone())
+        .build();
+    let keyed = KeyedRateLimiter::<u8>::builder(q("100/s"))
+        .clock(clock.clone())
+        .priorities(classes.clone())
+        .build();
+    assert_eq!(
+        lim.check_with(Check::cost(6).class(2))
+            .unwrap_err()
+            .capacity(),
+        5
+    );
+    lim.set_quota(q("10/s"));
+    keyed.set_quota(q("10/s"));
+    assert!(classes.clone().for_quota(&q("10/s")).is_err());
+    assert!(lim
+        .check_with(Check::cost(1).class(2))
+        .unwrap()
+        .is_permitted());
+    assert!(keyed
+        .check_key_with(&7, Check::cost(1).class(2))
+        .unwrap()
+        .is_permitted());
+    // One unit, not more: the next one waits for the cell to drain below the class's share.
+    let v = lim.check_with(Check::cost(1).class(2)).unwrap();
+    assert_eq!(
+        v.denied().unwrap().retry_after(),
+        Duration::from_millis(100)
+    );
+    // Class 0 still finds the rest of the burst.
+    assert!(lim.check_with(Check::cost(9)).unwrap().is_permitted());
+}
+
 /// The reference: one cell, τ = 1 s, T = 10 ms, reserves 0 / 20 % / 50 % (class 3 unknown).
 struct Model {
     tat: u128,
@@ -297,5 +404,25 @@ proptest! {
             let _ = lim.check_with(Check::cost(cost).class(class)).unwrap();
         }
         prop_assert!(lim.check_with(Check::cost(20)).unwrap().is_permitted());
+    }
+
+    /// Whatever the reserve and the burst, every class can send one unit into an empty cell;
+    /// `for_quota` accepts exactly the pairs where the reserve alone leaves it one.
+    #[test]
+    fn every_class_always_has_a_unit(
+        reserve in 0.0f64..0.9999,
+        burst in 1u64..=64,
+        bytes in any::<bool>(),
+    ) {
+        let quota = if bytes {
+            format!("1000B/s;burst={burst}B")
+        } else {
+            format!("1000/s;burst={burst}")
+        };
+        let classes = Priorities::new([(0, 0.0), (1, reserve)]).unwrap();
+        every_class_can_send_one(&quota, &classes).map_err(TestCaseError::fail)?;
+        let ppm = (reserve * 1e6).round() as u64;
+        let kept = burst * (1_000_000 - ppm) / 1_000_000;
+        prop_assert_eq!(classes.clone().for_quota(&q(&quota)).is_ok(), kept >= 1);
     }
 }

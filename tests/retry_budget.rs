@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use tollgate::{
-    Check, DenyReason, FaultDetector, KeyedRateLimiter, ManualClock, Quota, RateLimiter,
+    Backoff, Check, DenyReason, FaultDetector, KeyedRateLimiter, ManualClock, Quota, RateLimiter,
     RetryBudget, Verdict,
 };
 
@@ -239,15 +239,96 @@ fn limiters_stay_send_and_sync() {
     assert_send_sync::<RetryBudget>();
 }
 
+/// A retry budget without a floor earns retries only from originals, so waiting alone may never
+/// make room: the answer is one period (every retry counted now has aged out by then, and the
+/// originals of that period alone decide), never a sentinel.
 #[test]
-fn without_a_floor_an_empty_budget_never_promises_a_retry_time() {
-    let clock = tollgate::ManualClock::new();
-    let lim = tollgate::RateLimiter::builder("100/s".parse().unwrap())
-        .clock(clock.clone())
-        .retry_budget(tollgate::RetryBudget::new().with_floor(0))
-        .build();
-    let v = lim.check_with(tollgate::Check::cost(1).attempt(1)).unwrap();
-    let d = v.denied().expect("no originals and no floor: no budget");
-    assert_eq!(d.reason(), tollgate::DenyReason::RetryBudget);
-    assert_eq!(d.retry_after(), std::time::Duration::from_nanos(u64::MAX));
+fn without_a_floor_an_empty_budget_answers_one_period() {
+    for secs in [1, 10, 60] {
+        let period = Duration::from_secs(secs);
+        let clock = ManualClock::new();
+        let budget = RetryBudget::new().with_floor(0).with_period(period);
+        let lim = budgeted("100/s", budget, &clock);
+        let d = retry(&lim, 1)
+            .denied()
+            .expect("no originals and no floor: no budget");
+        assert_eq!(d.reason(), DenyReason::RetryBudget);
+        assert_eq!(d.retry_after(), period);
+        // What a client does with it stays within one and a half periods.
+        let backoff = Backoff::builder().seed(secs).build().unwrap();
+        assert!(backoff.after_deny(1, d.retry_after()) <= period * 3 / 2);
+    }
+}
+
+/// `examples/retry_budget.rs`'s one client: 10 originals from others, its own original and
+/// one retry admitted, the next retry denied. Before issue 9 it was told 584 years.
+#[test]
+fn without_a_floor_a_spent_budget_answers_one_period_then_reopens() {
+    let clock = ManualClock::new();
+    let lim = budgeted("10000/s", RetryBudget::new().with_floor(0), &clock);
+    for _ in 0..11 {
+        assert!(lim.check().is_permitted());
+    }
+    clock.advance(Duration::from_millis(58));
+    assert!(retry(&lim, 1).is_permitted(), "11 originals earn one retry");
+    clock.advance(Duration::from_millis(184));
+    let d = retry(&lim, 2).denied().unwrap();
+    assert_eq!(d.reason(), DenyReason::RetryBudget);
+    assert_eq!(d.retry_after(), Duration::from_secs(10));
+    // One period later the old retry has aged out: ten new originals earn the next one.
+    clock.advance(d.retry_after());
+    for _ in 0..10 {
+        assert!(lim.check().is_permitted());
+    }
+    assert!(retry(&lim, 2).is_permitted());
+}
+
+/// Retries denied together are told reopening + k × (period / retries the window allows),
+/// round-robin over one period: never earlier than the reopening, never in step.
+#[test]
+fn retries_denied_together_learn_spread_retry_afters() {
+    let clock = ManualClock::new();
+    // Room for exactly 10 retries per 10 s: one a second.
+    let budget = RetryBudget::new().with_ratio(0.0).with_floor(1);
+    let lim = budgeted("1000000/s", budget, &clock);
+    clock.advance(Duration::from_millis(500));
+    for _ in 0..10 {
+        assert!(retry(&lim, 1).is_permitted());
+    }
+    let told: Vec<Duration> = (0..12)
+        .map(|_| retry(&lim, 1).denied().unwrap().retry_after())
+        .collect();
+    // The retries leave the window at 10 s: 9.5 s from now, then one per second of budget.
+    let reopening = Duration::from_millis(9_500);
+    let expected: Vec<Duration> = (0..12u32)
+        .map(|k| reopening + Duration::from_secs((k % 10).into()))
+        .collect();
+    assert_eq!(told, expected);
+    // The first is exact: one nanosecond earlier the budget is still spent.
+    clock.advance(reopening - Duration::from_nanos(1));
+    assert_eq!(reason(retry(&lim, 1)), Some(DenyReason::RetryBudget));
+    clock.advance(Duration::from_nanos(1));
+    assert!(retry(&lim, 1).is_permitted());
+}
+
+/// The spread follows the backlog of the window: denials that have aged out no longer push
+/// new ones back.
+#[test]
+fn the_spread_forgets_denials_older_than_the_window() {
+    let clock = ManualClock::new();
+    let budget = RetryBudget::new().with_ratio(0.0).with_floor(1);
+    let lim = budgeted("1000000/s", budget, &clock);
+    for _ in 0..10 {
+        assert!(retry(&lim, 1).is_permitted());
+    }
+    for _ in 0..3 {
+        let _ = retry(&lim, 1);
+    }
+    // 20 s on, the window is empty of retries and of denials alike.
+    clock.advance(Duration::from_secs(20));
+    for _ in 0..10 {
+        assert!(retry(&lim, 1).is_permitted());
+    }
+    let d = retry(&lim, 1).denied().unwrap();
+    assert_eq!(d.retry_after(), Duration::from_secs(10));
 }

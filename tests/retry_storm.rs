@@ -77,8 +77,12 @@ fn storm(budget: Option<RetryBudget>) -> Outcome {
 fn a_retry_storm_under_a_budget_stays_within_a_tenth_of_the_originals() {
     let budget = RetryBudget::new(); // 10 % over 10 s, plus 10 retries a second
     let out = storm(Some(budget));
-    let span_s = out.span_ns as f64 / 1e9;
-    let bound = 1.1 * out.originals as f64 + 10.0 * span_s.ceil();
+    // The budget's promise: within any 10 of its 1 s sub-buckets, at most 10 % of the
+    // originals plus the floor's 100 retries. The retries touch `n` sub-buckets: ⌈n/10⌉
+    // such windows, each with its own 100.
+    let (first, last) = (out.retry_times[0], out.span_ns + out.retry_times[0]);
+    let touched = last / 1_000_000_000 - first / 1_000_000_000 + 1;
+    let bound = 1.1 * out.originals as f64 + 100.0 * touched.div_ceil(10) as f64;
     let admitted = (out.originals + out.retries_admitted) as f64;
     println!(
         "with Backoff and a RetryBudget: {} originals, {} retries admitted ({:.3}× originals); bound {:.0}",
@@ -91,9 +95,9 @@ fn a_retry_storm_under_a_budget_stays_within_a_tenth_of_the_originals() {
     assert!(admitted <= bound, "admitted {admitted}, bound {bound}");
     assert!(out.min_delay > Duration::ZERO, "no zero delays");
 
-    // The busiest 100 ms of retries against the mean rate over [first retry, last retry].
-    // Reported, not asserted: this scenario misses the 3x goal (see the closing note of
-    // issue 5): clients denied by the budget all learn the same reopening instant.
+    // The busiest 100 ms of retries against the mean rate over [first retry, last retry]:
+    // denied clients must not come back in step (issue 9: it was 8.8× when every client the
+    // budget denied learnt the same reopening instant).
     let mut times = out.retry_times.clone();
     times.sort_unstable();
     let window = 100_000_000u64;
@@ -107,6 +111,7 @@ fn a_retry_storm_under_a_budget_stays_within_a_tenth_of_the_originals() {
     let mean = times.len() as f64 * window as f64 / out.span_ns as f64;
     let ratio = busiest as f64 / mean;
     println!("busiest 100 ms of retries: {busiest}, mean {mean:.1}: {ratio:.2}×");
+    assert!(ratio <= 3.0, "busiest 100 ms is {ratio:.2}× the mean");
 }
 
 #[test]

@@ -132,7 +132,10 @@ fn loosening_never_locks_out_and_tightening_never_grants() {
     drain_n(&lim, 1);
     lim.set_quota(q("1000/s"));
     let wait = lim.check().denied().expect("still empty").retry_after();
-    assert!(wait <= Duration::from_millis(1), "at most one new interval: {wait:?}");
+    assert!(
+        wait <= Duration::from_millis(1),
+        "at most one new interval: {wait:?}"
+    );
     clock.advance(wait);
     assert!(lim.check().is_permitted());
 
@@ -143,7 +146,11 @@ fn loosening_never_locks_out_and_tightening_never_grants() {
     lim.set_quota(q("10/s"));
     // Half used stays half used: 5 of 10. Carrying the 50 ms of time over (the old rule)
     // left 9.
-    assert_eq!(drain_n(&lim, 1), 5, "half of the new burst is left, no more");
+    assert_eq!(
+        drain_n(&lim, 1),
+        5,
+        "half of the new burst is left, no more"
+    );
 }
 
 #[test]
@@ -302,7 +309,12 @@ fn shadows_equal_an_enforcing_twin() {
         seed ^= seed << 17;
         seed
     };
-    for quota in ["10/s;burst=5", "1/s;burst=1", "1000/s;burst=20", "1MB/s;burst=64kB"] {
+    for quota in [
+        "10/s;burst=5",
+        "1/s;burst=1",
+        "1000/s;burst=20",
+        "1MB/s;burst=64kB",
+    ] {
         let (clock, dclock) = (ManualClock::new(), ManualClock::new());
         let detector = FaultDetector::builder().clock(&dclock).build();
         detector.force_pass_through(PassReason::Forced, Duration::from_secs(1 << 20));

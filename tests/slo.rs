@@ -303,6 +303,11 @@ fn tick_evaluates_idle_periods() {
     let alerts = slo.poll_alerts();
     assert_eq!(alerts.len(), 1);
     assert_eq!(alerts[0].at(), secs(612.0));
+    // Raised late, over the last complete window: [550 s, 610 s), not the last 60 s.
+    assert_eq!(alerts[0].window_end(), secs(610.0));
+    assert!(alerts[0]
+        .to_string()
+        .contains("over the 60s window ending at 610s"));
     slo.tick();
     assert_eq!(slo.poll_alerts(), []);
 }
@@ -504,4 +509,50 @@ fn is_send_sync_and_debug() {
         "{debug}"
     );
     assert!(debug.contains("threshold_pp: 2.0"), "{debug}");
+}
+
+/// Issue 9: `examples/success_rate.rs` printed 96.18 % and 86.92 % for the paid tier, both
+/// said to be over the last minute; they were over two different windows. Alerts and
+/// snapshots now say which window their rate is over, and it is that window's rate.
+#[test]
+fn alerts_and_snapshots_say_which_window_their_rate_is_over() {
+    let clock = ManualClock::new();
+    let slo = builder(&clock).build().unwrap();
+    // The example's run: every 10 ms a paid request, 1 in 1000 a 503; from 603.7 s on, 14 in
+    // 100 are 429s.
+    let push = Duration::from_millis(603_700);
+    let (mut request, mut log) = (0u64, Vec::new());
+    while clock.now() < push + secs(60.0) {
+        request += 1;
+        let background = if request % 1000 == 0 { 503 } else { 200 };
+        let status = if clock.now() >= push && request % 100 < 14 {
+            429
+        } else {
+            background
+        };
+        slo.record("paid", status);
+        log.push((clock.now(), status == 200));
+        clock.advance(Duration::from_millis(10));
+    }
+    // The success rate over [from, to), from the log.
+    let rate = |from: f64, to: f64| {
+        let inside: Vec<bool> = log
+            .iter()
+            .filter(|(at, _)| (secs(from)..secs(to)).contains(at))
+            .map(|&(_, ok)| ok)
+            .collect();
+        inside.iter().filter(|&&ok| ok).count() as f64 / inside.len() as f64
+    };
+    let alerts = slo.poll_alerts();
+    assert_eq!(alerts.len(), 1);
+    let alert = &alerts[0];
+    assert_eq!((alert.at(), alert.window_end()), (secs(620.0), secs(620.0)));
+    assert_eq!(alert.current(), rate(560.0, 620.0));
+    assert_eq!(
+        alert.to_string(),
+        r#"tier "paid": success rate 96.18 % over the 60s window ending at 620s, down 3.72 pp from 99.90 % before it"#
+    );
+    let paid = &slo.snapshot()[1];
+    assert_eq!(paid.window_end(), secs(660.0));
+    assert_eq!(paid.success_rate(), Some(rate(600.0, 660.0)));
 }

@@ -94,6 +94,24 @@ impl Params {
         }
     }
 
+    /// `slack`, or the weight of one unit (capped at τ) if `slack` holds less than one: the
+    /// least tolerance a priority class gets. No division unless `slack` is raised.
+    #[inline]
+    pub(crate) fn at_least_one_unit(&self, slack: u64) -> u64 {
+        let holds = match self.per {
+            Per::Request { t } => slack >= t,
+            // `⌊slack·den/num⌋ ≥ 1`, as in `bytes_in`; an overflowing product holds plenty.
+            Per::Byte { num, den } => u128::from(slack)
+                .checked_mul(den)
+                .is_none_or(|x| x >= u128::from(num)),
+        };
+        if holds {
+            slack
+        } else {
+            self.unit().min(self.tau)
+        }
+    }
+
     /// How many units fit in `slack` ns of tolerance, capped at the burst.
     #[inline]
     pub(crate) fn units_in(&self, slack: u64) -> u64 {

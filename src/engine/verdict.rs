@@ -2,6 +2,8 @@
 
 use core::time::Duration;
 
+const NANOS_PER_SEC: u64 = 1_000_000_000;
+
 /// The answer to one check.
 ///
 /// A denial is a verdict, never an error. A [`PassThrough`] is never silent: it carries the
@@ -102,6 +104,14 @@ pub struct Denied {
 }
 
 impl Denied {
+    /// The largest [`retry_after_secs`](Self::retry_after_secs): one day, 86 400 s.
+    ///
+    /// Nothing a client can act on waits longer, and huge values are handled badly downstream
+    /// (HTTP caches read delta-seconds past 2^31 as 2^31; some clients parse the header into
+    /// 32 bits). A longer wait is told as one day: a client that comes back then is denied
+    /// again with what is left of it.
+    pub const MAX_RETRY_AFTER_SECS: u64 = 86_400;
+
     #[inline]
     pub(crate) fn new(retry_after: u64, reason: DenyReason) -> Self {
         Self {
@@ -117,13 +127,57 @@ impl Denied {
     }
 
     /// How long to wait before the same check would be allowed, exactly: one nanosecond
-    /// earlier it is still denied. [`Duration::MAX`] for [`DenyReason::ClockOverflow`].
+    /// earlier it is still denied.
+    ///
+    /// Not every value is a wait to put in a header: [`DenyReason::ClockOverflow`] answers
+    /// [`Duration::MAX`] (no wait will do), and a long quota can answer days. For an HTTP
+    /// `Retry-After` use [`retry_after_secs`](Self::retry_after_secs), never `as_secs()`,
+    /// which turns 200 ms into 0 ("retry now").
     #[inline]
     pub fn retry_after(&self) -> Duration {
         match self.reason {
             DenyReason::ClockOverflow => Duration::MAX,
             _ => Duration::from_nanos(self.retry_after),
         }
+    }
+
+    /// The value of an HTTP `Retry-After` header: [`retry_after`](Self::retry_after) in whole
+    /// seconds, rounded up (so never earlier than the exact wait) and never 0, capped at
+    /// [`MAX_RETRY_AFTER_SECS`](Self::MAX_RETRY_AFTER_SECS) (one day) — which is also the
+    /// answer for [`DenyReason::ClockOverflow`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Denied, ManualClock, RateLimiter};
+    ///
+    /// let clock = ManualClock::new();
+    /// let lim = RateLimiter::builder("1/s;burst=2".parse()?).clock(clock.clone()).build();
+    /// assert!(lim.check_n(2)?.is_permitted());
+    /// let d = lim.check().denied().unwrap();
+    /// assert_eq!((d.retry_after(), d.retry_after_secs()), (Duration::from_secs(1), 1));
+    /// clock.advance(Duration::from_millis(800));
+    /// let d = lim.check().denied().unwrap();
+    /// assert_eq!((d.retry_after(), d.retry_after_secs()), (Duration::from_millis(200), 1));
+    /// let d = lim.check_n(2)?.denied().unwrap();
+    /// assert_eq!((d.retry_after(), d.retry_after_secs()), (Duration::from_millis(1_200), 2));
+    ///
+    /// // Past u64::MAX ns the clock overflows: denied, and told one day.
+    /// let stuck = RateLimiter::builder("1/s".parse()?)
+    ///     .clock(ManualClock::at(Duration::from_nanos(u64::MAX)))
+    ///     .build();
+    /// let d = stuck.check().denied().unwrap();
+    /// assert_eq!(d.retry_after(), Duration::MAX);
+    /// assert_eq!(d.retry_after_secs(), Denied::MAX_RETRY_AFTER_SECS);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn retry_after_secs(&self) -> u64 {
+        if self.reason == DenyReason::ClockOverflow {
+            return Self::MAX_RETRY_AFTER_SECS;
+        }
+        self.retry_after
+            .div_ceil(NANOS_PER_SEC)
+            .clamp(1, Self::MAX_RETRY_AFTER_SECS)
     }
 
     /// Why the check was denied.
@@ -143,16 +197,21 @@ pub enum DenyReason {
     /// cell, which is over its quota.
     KeyTableFull,
     /// The time arithmetic would overflow (a clock reading near `u64::MAX` ns). Denied rather
-    /// than allowed; the retry-after is [`Duration::MAX`].
+    /// than allowed; the retry-after is [`Duration::MAX`]: no wait makes the check fit. It is
+    /// a sentinel, not a wait to tell a client: [`Denied::retry_after_secs`] caps it at one
+    /// day ([`Denied::MAX_RETRY_AFTER_SECS`]), and [`Backoff::after_deny`](crate::Backoff::after_deny)
+    /// passes it on as [`Duration::MAX`].
     ClockOverflow,
     /// The limiter is passing traffic through (it judged itself faulty), but this key went
     /// past the ceiling that still applies then (by default 10× its quota).
     Ceiling,
     /// A retry ([`Check::attempt`](crate::Check::attempt) ≥ 1) over the limiter's
-    /// [`RetryBudget`](crate::RetryBudget). The retry-after is when the budget will have room
-    /// again if no further originals arrive (new originals may open it sooner) — `u64::MAX`
-    /// ns when the budget has no floor and only new originals can make room; the quota was
-    /// not consulted.
+    /// [`RetryBudget`](crate::RetryBudget); the quota was not consulted. The retry-after is
+    /// never earlier than when the budget will have room again if no further originals
+    /// arrive (new originals may open it sooner), and at most two periods: one period when
+    /// the budget has no floor and only new originals can make room, plus this denial's
+    /// place in the backlog, so that clients denied together do not come back together
+    /// (see [`RetryBudget`](crate::RetryBudget#what-a-denied-retry-is-told)).
     RetryBudget,
 }
 

@@ -189,7 +189,7 @@ impl RateLimiter {
         let retry = check.attempt_number() > 0;
         loop {
             let (p, token) = self.resolve();
-            let tol = g.reserve(check.priority_class()).tolerance(p.tau);
+            let tol = g.reserve(check.priority_class()).tolerance(&p);
             let w = priority::weight_within(&p, check.units(), tol)?;
             let now = g.now(&self.clock);
             if w == 0 {

@@ -282,10 +282,10 @@ impl<K> KeyedRateLimiter<K> {
         let snap = self.params.load();
         let p = snap.cur;
         let (cost, reserve) = (check.units(), g.reserve(check.priority_class()));
-        let tol = reserve.tolerance(p.tau);
+        let tol = reserve.tolerance(&p);
         let w = priority::weight_within(&p, cost, tol)?;
         if w == 0 {
-            return Ok(self.peek_fp(fp, 0, |p| reserve.tolerance(p.tau)));
+            return Ok(self.peek_fp(fp, 0, |p| reserve.tolerance(p)));
         }
         let retry = check.attempt_number() > 0;
         if retry {

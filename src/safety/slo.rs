@@ -315,7 +315,9 @@ impl SuccessRate {
     }
 
     /// Every tier, declared ones in order then [`OTHER_TIER`]: cumulative counts, and the
-    /// success rate over the last complete window. Does not evaluate or raise alerts.
+    /// success rate over the last complete window (which ends at
+    /// [`TierSnapshot::window_end`], up to a sixth of the window ago). Does not evaluate or
+    /// raise alerts.
     ///
     /// ```
     /// use tollgate::SuccessRate;
@@ -338,6 +340,7 @@ impl SuccessRate {
                 tier: Arc::clone(tier),
                 counts: *total,
                 window: Tally::of(st.sum(t, lo, now_bucket, growth(*total, st.seen[t]))),
+                window_end: Duration::from_nanos(now_bucket.saturating_mul(self.bucket_ns)),
             })
             .collect()
     }

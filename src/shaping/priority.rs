@@ -6,9 +6,15 @@
 //! uses the full τ, so a check of a low class never lowers a TAT that a critical class left
 //! between `now + τ_c` and `now + τ`. A low-class allow therefore leaves the TAT at most
 //! `now + τ_c` ahead: the last `r_c·τ` of the burst is used only by more critical classes.
+//!
+//! No class is ever left with no capacity: `τ_c` is at least the weight of one unit (capped
+//! at τ). A reserve that needs this floor is one [`Priorities::for_quota`] and the limits
+//! document reject; a limiter given one anyway (its builder and `set_quota` cannot fail)
+//! lets that class reach into the reserve by less than one unit rather than never send.
 
 use crate::engine::error::InsufficientCapacity;
 use crate::engine::gcra::Params;
+use crate::engine::quota::Quota;
 
 /// One million: reserves are kept in parts per million of τ.
 const PPM: u32 = 1_000_000;
@@ -31,6 +37,13 @@ const PPM: u32 = 1_000_000;
 ///   weigh at most `τ_c`) is [`InsufficientCapacity`] with that capacity.
 /// * Reserves are a share of the burst, not of the rate: in steady state every class may use
 ///   the whole rate when the others are idle. They follow [`set_quota`](crate::RateLimiter::set_quota).
+/// * Every class can always send one unit. A reserve that would leave a class less than one
+///   unit of a quota's burst (0.95 of a burst of 10) is an error from
+///   [`for_quota`](Self::for_quota), the check to run before attaching classes or setting a
+///   quota (the limits document runs it on every policy). A limiter given such a pair anyway
+///   (attaching and [`set_quota`](crate::RateLimiter::set_quota) cannot fail) gives that
+///   class one unit of capacity instead of none: it may then reach into the reserve by less
+///   than one unit.
 /// * While the limiter passes traffic through (a fault detector or watchdog tripped), classes
 ///   are not applied: the pass-through ceiling applies to every class alike.
 ///
@@ -130,6 +143,56 @@ impl Priorities {
             .map(|&(c, ppm)| (c, f64::from(ppm) / f64::from(PPM)))
     }
 
+    /// These classes, if each can send at least one unit (request or byte) of `quota`'s
+    /// burst through its reserve alone; the limits document applies the same rule to a
+    /// policy's `classes`.
+    ///
+    /// Run it before attaching classes to a limiter with a quota, and before
+    /// [`set_quota`](crate::RateLimiter::set_quota) lowers the burst: neither can fail, and
+    /// they give a class that the reserve leaves empty one unit (see [`Priorities`]).
+    ///
+    /// # Errors
+    ///
+    /// [`PriorityError::Starved`] for the most critical class that the reserve leaves less
+    /// than one unit.
+    ///
+    /// ```
+    /// use tollgate::{Priorities, PriorityError, Quota};
+    ///
+    /// let quota: Quota = "10/s".parse()?;
+    /// let classes = Priorities::new([(1, 0.5), (2, 0.95)])?;
+    /// let err = classes.clone().for_quota(&quota).unwrap_err();
+    /// assert_eq!(
+    ///     err.to_string(),
+    ///     "class 2 can never send: a reserve of 0.95 leaves it less than one request of the burst of 10"
+    /// );
+    /// assert_eq!(classes.clone().for_quota(&"20/s".parse()?)?, classes);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn for_quota(self, quota: &Quota) -> Result<Self, PriorityError> {
+        let starved = self.starved(quota).next();
+        starved.map_or(Ok(self), Err)
+    }
+
+    /// Each listed class (most critical first) whose reserve leaves it less than one unit of
+    /// `quota`'s burst: the one rule behind [`for_quota`](Self::for_quota) and the limits
+    /// document's validation.
+    pub(crate) fn starved<'a>(
+        &'a self,
+        quota: &'a Quota,
+    ) -> impl Iterator<Item = PriorityError> + 'a {
+        let p = quota.params();
+        self.classes
+            .iter()
+            .filter(move |&&(_, ppm)| p.units_in(Reserve(ppm).share_of(p.tau)) == 0)
+            .map(move |&(class, ppm)| PriorityError::Starved {
+                class,
+                reserve: f64::from(ppm) / f64::from(PPM),
+                burst: quota.burst(),
+                bytes: quota.is_bytes(),
+            })
+    }
+
     #[inline]
     pub(crate) fn reserve_of(&self, class: u8) -> Reserve {
         let ppm = match self.classes.binary_search_by_key(&class, |&(c, _)| c) {
@@ -185,6 +248,23 @@ pub enum PriorityError {
         /// The more critical class with the larger reserve.
         above: u8,
     },
+    /// A reserve that leaves its class less than one unit of a quota's burst: every check of
+    /// that class would be [`InsufficientCapacity`] ([`Priorities::for_quota`]).
+    #[error(
+        "class {class} can never send: a reserve of {reserve} leaves it less than one {unit} of \
+         the burst of {burst}",
+        unit = if *bytes { "byte" } else { "request" }
+    )]
+    Starved {
+        /// The class.
+        class: u8,
+        /// Its reserve.
+        reserve: f64,
+        /// The quota's burst, in requests or bytes.
+        burst: u64,
+        /// Whether the quota is a byte budget (the burst is in bytes).
+        bytes: bool,
+    },
 }
 
 /// The reserve of one class, in parts per million of τ; 0 means the whole tolerance.
@@ -195,12 +275,19 @@ impl Reserve {
     /// No reserve: the whole tolerance (class 0, or no classes configured).
     pub(crate) const NONE: Reserve = Reserve(0);
 
-    /// `τ_c = ⌊τ·(10^6 − r)/10^6⌋`: rounded down, so a class never reaches into the reserve.
+    /// The tolerance of a class on a cell of parameters `p`: its share of τ, and never less
+    /// than one unit's weight (capped at τ), so that no class is left with no capacity.
     #[inline]
-    pub(crate) fn tolerance(self, tau: u64) -> u64 {
+    pub(crate) fn tolerance(self, p: &Params) -> u64 {
         if self.0 == 0 {
-            return tau;
+            return p.tau;
         }
+        p.at_least_one_unit(self.share_of(p.tau))
+    }
+
+    /// `⌊τ·(10^6 − r)/10^6⌋`: rounded down, so a class never reaches into the reserve.
+    #[inline]
+    fn share_of(self, tau: u64) -> u64 {
         let keep = u128::from(tau) * u128::from(PPM - self.0) / u128::from(PPM);
         // keep ≤ tau.
         keep as u64
@@ -223,10 +310,35 @@ mod tests {
 
     #[test]
     fn tolerance_rounds_down_and_keeps_class_zero_whole() {
-        assert_eq!(Reserve::NONE.tolerance(1_000), 1_000);
-        assert_eq!(Reserve(200_000).tolerance(1_000), 800);
-        assert_eq!(Reserve(333_333).tolerance(10), 6);
-        assert_eq!(Reserve(999_999).tolerance(u64::MAX), u64::MAX / 1_000_000);
+        assert_eq!(Reserve::NONE.share_of(1_000), 1_000);
+        assert_eq!(Reserve(200_000).share_of(1_000), 800);
+        assert_eq!(Reserve(333_333).share_of(10), 6);
+        assert_eq!(Reserve(999_999).share_of(u64::MAX), u64::MAX / 1_000_000);
+        // T = 1 ns, τ = 1,000 ns.
+        let p = Params::request(1, 1_000);
+        assert_eq!(Reserve::NONE.tolerance(&p), 1_000);
+        assert_eq!(Reserve(200_000).tolerance(&p), 800);
+    }
+
+    #[test]
+    fn tolerance_is_never_below_one_unit() {
+        // T = 100 ns, τ = 1,000 ns (a burst of 10): 95 % leaves 50 ns, half a request.
+        let p = Params::request(100, 1_000);
+        assert_eq!(Reserve(950_000).share_of(p.tau), 50);
+        assert_eq!(Reserve(950_000).tolerance(&p), 100);
+        assert_eq!(Reserve(999_999).tolerance(&p), 100);
+        assert_eq!(Reserve(900_000).tolerance(&p), 100);
+        assert_eq!(Reserve(800_000).tolerance(&p), 200);
+        // 2 Gbit/s is 4 ns a byte; a burst of 10 B is 40 ns.
+        let bytes = "2Gbit/s;burst=10B".parse::<Quota>().unwrap().params(); // a test: a panic is its failure
+        assert_eq!(Reserve(950_000).tolerance(&bytes), 4);
+        assert_eq!(Reserve(900_000).tolerance(&bytes), 4);
+        assert_eq!(Reserve(500_000).tolerance(&bytes), 20);
+        // A unit heavier than τ (not built by any quota) is still capped at τ.
+        assert_eq!(
+            Reserve(500_000).tolerance(&Params::request(2_000, 1_000)),
+            1_000
+        );
     }
 
     #[test]

@@ -39,10 +39,25 @@ const MAX_RATIO: f64 = 1_000.0;
 ///
 /// # How it is kept
 ///
-/// A ring of 10 sub-buckets (a tenth of the period each) holds two counters each, originals
-/// and retries, on the limiter's clock: deterministic under a
-/// [`ManualClock`](crate::ManualClock), lock-free (one compare-and-swap per permitted check).
-/// The budget counts checks, not units: a retry of cost 10 is one retry.
+/// A ring of 10 sub-buckets (a tenth of the period each) holds three counters each,
+/// originals, retries and retries the budget denied, on the limiter's clock: deterministic
+/// under a [`ManualClock`](crate::ManualClock), lock-free (one compare-and-swap per permitted
+/// check, and one per budget denial). The budget counts checks, not units: a retry of cost 10
+/// is one retry.
+///
+/// # What a denied retry is told
+///
+/// [`Denied::retry_after`](crate::Denied::retry_after) is never earlier than the *reopening*:
+/// when the budget will have room again if no further originals arrive (at most one period;
+/// new originals may open it sooner). A budget with no floor earns retries only from
+/// originals, so waiting alone may never make room: then the reopening is one period, after
+/// which every retry counted now has aged out and the originals of that period alone decide.
+///
+/// Clients denied together must not come back together, so the answer is spread by the
+/// backlog: the `k`-th retry the budget has denied within the window (counting from 0) is told
+/// `reopening + (k mod c) × period / c`, where `c` is the number of retries the window allows
+/// (`⌊ratio × originals⌋ + floor × period`, at least 1): one budget slot apart, round-robin
+/// over at most one period past the reopening.
 ///
 /// # Caveats
 ///
@@ -50,6 +65,9 @@ const MAX_RATIO: f64 = 1_000.0;
 ///   pass: the overshoot is at most the number of threads checking at once.
 /// * One budget per limiter: on a [`KeyedRateLimiter`](crate::KeyedRateLimiter) all keys
 ///   share it. Per-key budgets are not built yet (issue #5).
+/// * The spread is a schedule, not a reservation: when the window has denied more retries
+///   than it allows (`k ≥ c`), several are told the same slot, and all but one of them will
+///   be denied again (and told a later slot).
 ///
 /// ```
 /// use std::time::Duration;
@@ -194,6 +212,8 @@ pub(crate) struct Window {
     sub: u64,
     originals: Padded<[AtomicU64; SLOTS]>,
     retries: Padded<[AtomicU64; SLOTS]>,
+    /// Retries the budget denied: the backlog that spreads the retry-afters it tells.
+    denied: Padded<[AtomicU64; SLOTS]>,
 }
 
 const COUNT: u64 = u32::MAX as u64;
@@ -205,32 +225,61 @@ impl Window {
             sub: cfg.period / SLOTS as u64,
             originals: Padded(Default::default()),
             retries: Padded(Default::default()),
+            denied: Padded(Default::default()),
         }
     }
 
-    /// `None` if a retry at `now` fits the budget; else the ns until it will if no further
-    /// originals arrive: at most one period, or `u64::MAX` when there is no floor and only new
-    /// originals can make room.
+    /// `None` if a retry at `now` fits the budget. Else the denial is counted and the answer
+    /// is the ns to wait: the [reopening](Self::reopening), spread by the backlog — the `k`-th
+    /// retry denied in the window is told `reopening + (k mod c) × period / c`, where `c` is
+    /// the retries the window allows, so the denied come back one budget slot apart instead of
+    /// in step, and never more than one period after the reopening. Writes nothing the budget
+    /// decides on: the debit comes with [`record`](Self::record).
     pub(crate) fn peek(&self, now: u64) -> Option<u64> {
         let epoch = now / self.sub;
-        let (orig, retr) = (
-            self.counts(&self.originals.0, epoch),
-            self.counts(&self.retries.0, epoch),
-        );
+        let orig = self.counts(&self.originals.0, epoch);
+        let retr = self.counts(&self.retries.0, epoch);
+        let reopening = self.reopening(&orig, &retr, epoch, now)?;
+        Some(self.spread(reopening, orig.iter().sum(), epoch))
+    }
+
+    /// `None` if the window has room now; else the ns until it will if no further originals
+    /// arrive, at most one period. A budget with no floor earns retries only from originals:
+    /// when even an empty window would have no room, the answer is one period, after which
+    /// every retry counted now has aged out and the originals of that period alone decide.
+    fn reopening(
+        &self,
+        orig: &[u128; SLOTS],
+        retr: &[u128; SLOTS],
+        epoch: u64,
+        now: u64,
+    ) -> Option<u64> {
         // After `j` more sub-buckets, the oldest `j` have left the window.
-        (0..=SLOTS)
-            .find_map(|j| {
-                let kept = SLOTS - j;
-                let credit = self.credit(orig[..kept].iter().sum());
-                let used: u128 = retr[..kept].iter().sum();
-                match (j, credit > used) {
-                    (0, true) => Some(None),
-                    (_, true) => Some(Some(self.until(epoch + j as u64, now))),
-                    _ => None,
-                }
-            })
-            // Even an empty window has no credit: no floor, so waiting alone never helps.
-            .unwrap_or(Some(u64::MAX))
+        let opens = (0..=SLOTS).find(|&j| {
+            let kept = SLOTS - j;
+            self.credit(orig[..kept].iter().sum()) > retr[..kept].iter().sum()
+        });
+        match opens {
+            Some(0) => None,
+            Some(j) => Some(self.until(epoch + j as u64, now)),
+            None => Some(self.cfg.period),
+        }
+    }
+
+    /// `reopening` plus this denial's place in the backlog (see [`peek`](Self::peek)); counts
+    /// the denial.
+    #[cold]
+    fn spread(&self, reopening: u64, originals: u128, epoch: u64) -> u64 {
+        let slot = &self.denied.0[(epoch % SLOTS as u64) as usize];
+        let older: u128 = self.counts(&self.denied.0, epoch)[1..].iter().sum();
+        let k = older + u128::from(add(slot, epoch));
+        // Retries the whole window allows; at least one, so an empty budget still has a slot,
+        // and below 2^64 so that `(k mod c) × period < 2^128` (slots are then < 1 ns apart).
+        let c = self.credit(originals).clamp(1, u128::from(u64::MAX));
+        let period = u128::from(self.cfg.period);
+        // < period ≤ u64::MAX: fits.
+        let offset = ((k % c) * period / c) as u64;
+        reopening.saturating_add(offset)
     }
 
     /// Counts a permitted check at `now`: a deposit for an original, a debit for a retry.
@@ -276,26 +325,26 @@ impl Window {
     }
 }
 
-/// One more in the sub-bucket of `epoch` held by `word`. A word holding a later epoch means
-/// ours has left the window: nothing to count.
+/// One more in the sub-bucket of `epoch` held by `word`; returns the count before it. A word
+/// holding a later epoch means ours has left the window: nothing to count (0).
 #[inline]
-fn add(word: &AtomicU64, epoch: u64) {
+fn add(word: &AtomicU64, epoch: u64) -> u64 {
     let tag = (epoch & COUNT) << 32;
     // Relaxed: a tally, ordering nothing else.
     let mut cur = word.load(Ordering::Relaxed);
     loop {
-        let next = if cur & !COUNT == tag {
+        let (before, next) = if cur & !COUNT == tag {
             if cur & COUNT == COUNT {
-                return;
+                return COUNT;
             }
-            cur + 1
+            (cur & COUNT, cur + 1)
         } else if cur != 0 && ((cur >> 32) as u32).wrapping_sub(epoch as u32) as i32 > 0 {
-            return;
+            return 0;
         } else {
-            tag | 1
+            (0, tag | 1)
         };
         match word.compare_exchange_weak(cur, next, Ordering::Relaxed, Ordering::Relaxed) {
-            Ok(_) => return,
+            Ok(_) => return before,
             Err(actual) => cur = actual,
         }
     }
@@ -331,15 +380,39 @@ mod tests {
     }
 
     #[test]
-    fn retry_after_is_when_the_oldest_retries_leave() {
+    fn retry_after_is_when_the_oldest_retries_leave_spread_by_the_backlog() {
         let w = Window::new(RetryBudget::new().with_ratio(0.0).with_floor(1));
         for _ in 0..10 {
             w.record(SEC / 2, true);
         }
         // The retries sit in sub-bucket 0; it leaves the window at epoch 10, i.e. 10 s.
         assert_eq!(w.peek(SEC / 2), Some(10 * SEC - SEC / 2));
-        assert_eq!(w.peek(10 * SEC - 1), Some(1));
+        // The second denial in the window: one budget slot (10 s / 10 retries) later.
+        assert_eq!(w.peek(10 * SEC - 1), Some(1 + SEC));
         assert_eq!(w.peek(10 * SEC), None);
+    }
+
+    #[test]
+    fn an_empty_budget_without_a_floor_reopens_after_one_period() {
+        let w = Window::new(RetryBudget::new().with_floor(0));
+        assert_eq!(w.peek(3 * SEC), Some(10 * SEC));
+        // No credit at all: one slot per period, so the backlog adds whole periods mod 1.
+        assert_eq!(w.peek(3 * SEC), Some(10 * SEC));
+    }
+
+    #[test]
+    fn add_returns_the_count_before() {
+        let word = AtomicU64::new(0);
+        assert_eq!(add(&word, 4), 0);
+        assert_eq!(add(&word, 4), 1);
+        assert_eq!(add(&word, 5), 0, "a new epoch starts over");
+        assert_eq!(
+            add(&word, 4),
+            0,
+            "an epoch that has left the window counts nothing"
+        );
+        word.store((5 << 32) | COUNT, Ordering::Relaxed);
+        assert_eq!(add(&word, 5), COUNT, "saturated");
     }
 
     #[test]

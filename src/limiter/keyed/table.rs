@@ -79,7 +79,7 @@ impl<K> KeyedRateLimiter<K> {
     /// if its cost does not fit.
     #[inline]
     pub(super) fn weight(p: &Params, ask: &Ask) -> Result<u64, InsufficientCapacity> {
-        priority::weight_within(p, ask.cost, ask.reserve.tolerance(p.tau))
+        priority::weight_within(p, ask.cost, ask.reserve.tolerance(p))
     }
 
     /// Finds the asking key lock-free and resolves the parameters its cell is under: the
@@ -153,7 +153,7 @@ impl<K> KeyedRateLimiter<K> {
                 p: &p,
                 w,
             };
-            let tol = ask.reserve.tolerance(p.tau);
+            let tol = ask.reserve.tolerance(&p);
             let ceiling = |retry_after| g.ceiling_key(ask.fp, a, reason, retry_after);
             let tat = self.tat_word(slot);
             if let Some(v) =
@@ -175,7 +175,7 @@ impl<K> KeyedRateLimiter<K> {
             if let Some(v) = cell::step_within(
                 self.tat_word(slot),
                 Attempt { now, p: &p, w },
-                ask.reserve.tolerance(p.tau),
+                ask.reserve.tolerance(&p),
                 DenyReason::Quota,
                 valid,
                 || self.now(),
@@ -289,7 +289,7 @@ impl<K> KeyedRateLimiter<K> {
                 now,
                 &p,
                 w,
-                ask.reserve.tolerance(p.tau),
+                ask.reserve.tolerance(&p),
             )));
         }
         if self.len() >= self.max_keys && now < slow.idle_not_before {
@@ -313,7 +313,7 @@ impl<K> KeyedRateLimiter<K> {
         let p = Self::params_at(snap, &self.spill_gate);
         let w = Self::weight(&p, &ask).map_err(|_| &self.spill_gate)?;
         let mut tat = 0;
-        let v = step_plain(&mut tat, now, &p, w, ask.reserve.tolerance(p.tau));
+        let v = step_plain(&mut tat, now, &p, w, ask.reserve.tolerance(&p));
         if tat != 0 {
             slow.spill.insert(fp, tat);
             self.spilled.store(slow.spill.len(), Ordering::Relaxed);
@@ -349,7 +349,7 @@ impl<K> KeyedRateLimiter<K> {
                     let p = Self::params_at(snap, gate);
                     let w = Self::weight(&p, &ask).map_err(|_| gate)?;
                     let (ours, a) = (|| true, Attempt { now, p: &p, w });
-                    let tol = ask.reserve.tolerance(p.tau);
+                    let tol = ask.reserve.tolerance(&p);
                     return Ok(cell::step_within(
                         tat,
                         a,
@@ -412,7 +412,7 @@ impl<K> KeyedRateLimiter<K> {
         let p = Self::params_at(snap, gate);
         let w = Self::weight(&p, &ask).map_err(|_| gate)?;
         let mut tat = 0;
-        let v = step_plain(&mut tat, now, &p, w, ask.reserve.tolerance(p.tau));
+        let v = step_plain(&mut tat, now, &p, w, ask.reserve.tolerance(&p));
         if tat != 0 {
             self.install(slow, slot, ask.fp, empty, tat);
         }
@@ -466,7 +466,7 @@ impl<K> KeyedRateLimiter<K> {
                     (p, token, &self.params)
                 }
             };
-            let tol = ask.reserve.tolerance(op.tau);
+            let tol = ask.reserve.tolerance(&op);
             let Some(w) = op.weight(ask.cost).filter(|&w| w <= tol) else {
                 return Verdict::Deny(Denied::new(u64::MAX, DenyReason::KeyTableFull));
             };

@@ -125,6 +125,7 @@ impl SuccessRate {
                     current_requests: current.total(),
                     reference_requests: reference.total(),
                     window: self.window(),
+                    window_end: Duration::from_nanos(hi.saturating_mul(self.bucket_ns)),
                     at: Duration::from_nanos(now),
                 });
             } else if st.firing[t] && !drop_exceeds(reference, current, 2 * BP, bp) {

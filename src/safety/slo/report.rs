@@ -73,6 +73,7 @@ pub struct SloAlert {
     pub(super) current_requests: u64,
     pub(super) reference_requests: u64,
     pub(super) window: Duration,
+    pub(super) window_end: Duration,
     pub(super) at: Duration,
 }
 
@@ -82,7 +83,8 @@ impl SloAlert {
         &self.tier
     }
 
-    /// The success rate over the last complete window.
+    /// The success rate over the last complete window when the alert was raised: the
+    /// [`window`](Self::window) ending at [`window_end`](Self::window_end).
     pub fn current(&self) -> f64 {
         self.current
     }
@@ -112,6 +114,13 @@ impl SloAlert {
         self.window
     }
 
+    /// When the window of [`current`](Self::current) ends, since the process epoch: the
+    /// start of the sub-bucket the alert was raised in, at most a sixth of the window before
+    /// [`at`](Self::at). The window is `[window_end − window, window_end)`.
+    pub fn window_end(&self) -> Duration {
+        self.window_end
+    }
+
     /// When the alert was raised: the clock's reading, since the process epoch.
     pub fn at(&self) -> Duration {
         self.at
@@ -122,10 +131,12 @@ impl fmt::Display for SloAlert {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "tier {}: success rate {:.2} % over the last {:?}, down {:.2} pp from {:.2} %",
+            "tier {}: success rate {:.2} % over the {:?} window ending at {:?}, down {:.2} pp \
+             from {:.2} % before it",
             Quoted(&self.tier),
             self.current * 100.0,
             self.window,
+            self.window_end,
             self.drop_pp(),
             self.reference * 100.0
         )
@@ -136,7 +147,8 @@ impl fmt::Display for SloAlert {
 /// [`SuccessRate::snapshot`](super::SuccessRate::snapshot).
 ///
 /// The counts are cumulative since the tracker was built (they only grow, as a Prometheus
-/// counter expects); the success rate is over the last complete window.
+/// counter expects); the success rate is over the last complete window, which ends at
+/// [`window_end`](Self::window_end).
 ///
 /// ```
 /// use tollgate::{ManualClock, SuccessRate};
@@ -153,6 +165,7 @@ pub struct TierSnapshot {
     pub(super) tier: Arc<str>,
     pub(super) counts: Counts,
     pub(super) window: Tally,
+    pub(super) window_end: Duration,
 }
 
 impl TierSnapshot {
@@ -189,6 +202,25 @@ impl TierSnapshot {
     /// Successes and failures counted in the last complete window.
     pub fn window_requests(&self) -> u64 {
         self.window.total()
+    }
+
+    /// When the last complete window ends, since the process epoch: the start of the current
+    /// sub-bucket (a sixth of the window), so up to that long before the snapshot was taken.
+    /// The window is `[window_end − window, window_end)`, the
+    /// [`SuccessRate::window`](super::SuccessRate::window) long.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{ManualClock, SuccessRate};
+    ///
+    /// let clock = ManualClock::new();
+    /// let slo = SuccessRate::builder().tiers(["free"]).clock(clock.clone()).build()?;
+    /// clock.advance(Duration::from_millis(63_700)); // sub-buckets of 10 s
+    /// assert_eq!(slo.snapshot()[0].window_end(), Duration::from_secs(60));
+    /// # Ok::<(), tollgate::SloConfigError>(())
+    /// ```
+    pub fn window_end(&self) -> Duration {
+        self.window_end
     }
 }
 

@@ -80,6 +80,16 @@ impl Walk {
                     &hint,
                 );
             }
+            Err(e @ PriorityError::Starved { .. }) => {
+                // Not a rule of `Priorities::new`, which knows no quota: `class_capacity`
+                // applies it once the policy's quota is known. Kept for completeness.
+                self.error(
+                    Kind::InvalidValue,
+                    path,
+                    e,
+                    "lower the reserve, or raise the burst",
+                );
+            }
         }
         None
     }
@@ -134,21 +144,11 @@ impl Walk {
 
     /// Each listed class must be able to send at least one unit: a reserve that leaves a
     /// class less than one request (or byte) of the burst would make its every check an
-    /// `InsufficientCapacity`.
+    /// `InsufficientCapacity` ([`Priorities::for_quota`] applies the same rule).
     pub(super) fn class_capacity(&mut self, quota: Quota, classes: &Priorities, path: &str) {
-        let p = quota.params();
-        for (class, reserve) in classes.classes() {
-            let capacity = p.units_in(classes.reserve_of(class).tolerance(p.tau));
-            if capacity == 0 {
-                let unit = if quota.is_bytes() { "byte" } else { "request" };
-                let what = format!(
-                    "class {class} can never send: a reserve of {reserve} leaves it less than one \
-                     {unit} of the burst of {}",
-                    quota.burst()
-                );
-                let hint = "lower the reserve, or raise the burst";
-                self.error(Kind::InvalidValue, &join(path, "classes"), what, hint);
-            }
+        for starved in classes.starved(&quota) {
+            let hint = "lower the reserve, or raise the burst";
+            self.error(Kind::InvalidValue, &join(path, "classes"), starved, hint);
         }
     }
 
