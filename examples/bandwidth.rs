@@ -69,8 +69,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     println!("heartbeats admitted: {beats_ok}/{beats_sent}");
     println!(
-        "second 1: the rate plus class 2's half of the burst; second 4: the new rate plus \
-         what was left of that half-burst, not a fresh one"
+        "second 1: the rate plus class 2's half of the burst; second 4: the new rate alone — \
+         the share of the burst in use stays in use under the new quota, no fresh burst"
     );
     Ok(())
 }

@@ -243,9 +243,9 @@ impl<K> KeyedRateLimiter<K> {
     }
 
     /// This limiter's counts: by outcome, and originals apart from retries. Every limiter
-    /// counts its checks, so this is always `Some`; with a [`FaultDetector`] attached these
+    /// counts its checks, so this is always `Some`; with a [`FaultDetector`](crate::FaultDetector) attached these
     /// are the detector's counts (of every limiter it watches, since its last
-    /// [`set_revision`](FaultDetector::set_revision)).
+    /// [`set_revision`](crate::FaultDetector::set_revision)).
     pub fn stats(&self) -> Option<Stats> {
         Some(
             match self.guard.as_ref().and_then(|g| g.detector.as_ref()) {
@@ -347,7 +347,7 @@ impl<K: Hash> KeyedRateLimiter<K> {
     ///
     /// With [`Priorities`] attached, the check sees its class's tolerance on the key's cell;
     /// with a [`RetryBudget`] attached (one for the whole limiter), a retry must fit it as
-    /// well as the key's quota; with a [`FaultDetector`] attached, originals and retries are
+    /// well as the key's quota; with a [`FaultDetector`](crate::FaultDetector) attached, originals and retries are
     /// counted apart. Without them this is [`check_key_n`](Self::check_key_n).
     ///
     /// # Errors
