@@ -58,7 +58,7 @@ pub(crate) struct Snapshot {
     pub(crate) cur: Params,
     /// During a change: the parameters of the cells not yet rescaled.
     pub(crate) prev: Option<Params>,
-    /// The generation of `cur`.
+    /// The generation of `cur` (read only while `prev` is present).
     pub(crate) gen: u64,
     /// The sequence number read, to re-validate with [`SharedParams::unchanged`].
     pub(crate) seq: u64,
@@ -91,6 +91,21 @@ impl SharedParams {
                 return (t != 0).then_some((t, tau, before));
             }
             spin_loop();
+        }
+    }
+
+    /// A snapshot for one check: [`load_request`](Self::load_request)'s three words when
+    /// they suffice (a request quota in steady state), else [`load`](Self::load).
+    #[inline]
+    pub(crate) fn load_check(&self) -> Snapshot {
+        match self.load_request() {
+            Some((t, tau, seq)) => Snapshot {
+                cur: Params::request(t, tau),
+                prev: None,
+                gen: 0,
+                seq,
+            },
+            None => self.load(),
         }
     }
 
@@ -170,6 +185,7 @@ fn encode(cur: Params, prev: Option<Params>, gen: u64) -> [u64; 14] {
     ]
 }
 
+#[inline]
 fn decode(w: &[AtomicU64]) -> Params {
     let t = w[0].load(Ordering::Relaxed);
     let per = if t != 0 {

@@ -199,9 +199,19 @@ impl Counters {
         due
     }
 
-    /// Counts `v` once, with no tick: a limiter's own tally.
-    #[inline]
+    /// Counts `v` once, with no tick: a limiter's own tally. An allow (the common case) is one
+    /// thread-local read and one plain increment.
+    #[inline(always)]
     pub(crate) fn count(&self, v: &Verdict) {
+        match v {
+            Verdict::Allow(_) => self.bump(ALLOWED),
+            Verdict::Deny(d) if d.reason() == DenyReason::Quota => self.bump(DENIED_QUOTA),
+            _ => self.count_other(v),
+        }
+    }
+
+    #[inline(never)]
+    fn count_other(&self, v: &Verdict) {
         let (index, shadow_denied) = classify(v);
         self.bump(index);
         if shadow_denied {
@@ -210,7 +220,7 @@ impl Counters {
     }
 
     /// Counts one more in counter `index` (no verdict, no tick): [`RETRIES`].
-    #[inline]
+    #[inline(always)]
     pub(crate) fn bump(&self, index: usize) {
         let slot = LOCAL.with(|l| l.slot.get());
         let slot = if slot == UNCLAIMED {

@@ -316,7 +316,7 @@ impl RateLimiter {
     }
 
     /// One step on the cell, uncounted; `None` if the parameters changed under it.
-    #[inline]
+    #[inline(always)]
     fn try_raw(&self, a: Attempt<'_>, tol: u64, token: Token) -> Option<Verdict> {
         let c = &self.cell.0;
         let valid = || token.still_valid(&self.params, &c.gate);
@@ -324,7 +324,7 @@ impl RateLimiter {
     }
 
     /// A bare limiter's step, counted.
-    #[inline]
+    #[inline(always)]
     fn try_step(&self, now: u64, p: &Params, w: u64, token: Token) -> Option<Verdict> {
         let v = self.try_raw(Attempt { now, p, w }, p.tau, token)?;
         self.counters.count(&v);

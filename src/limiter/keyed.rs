@@ -314,7 +314,7 @@ impl<K: Hash> KeyedRateLimiter<K> {
         K: Borrow<Q>,
         Q: Hash + ?Sized,
     {
-        let snap = self.params.load();
+        let snap = self.params.load_check();
         let fp = self.fingerprinter.fingerprint(key);
         self.step_key(Ask::plain(fp, 1, snap.cur.unit()), &snap)
     }

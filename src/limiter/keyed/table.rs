@@ -58,7 +58,7 @@ impl<K> KeyedRateLimiter<K> {
         Found::Absent
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn now(&self) -> u64 {
         match &self.guard {
             None => self.clock.now_nanos(),
@@ -85,7 +85,7 @@ impl<K> KeyedRateLimiter<K> {
     /// Finds the asking key lock-free and resolves the parameters its cell is under: the
     /// slot, the parameters, the check's weight under them, and the token to re-validate.
     /// `None` if the key must take the insert path.
-    #[inline]
+    #[inline(always)]
     fn locate(&self, ask: &Ask, snap: &Snapshot) -> Option<(usize, Params, u64, Token)> {
         if ask.fp == 0 {
             return None;
