@@ -455,6 +455,27 @@ fn a_clock_fault_pass_through_ends_on_time_at_low_traffic() {
     }
 }
 
+#[test]
+fn a_forced_pass_through_ends_on_time_at_low_traffic() {
+    let (clock, dclock) = (ManualClock::new(), ManualClock::new());
+    let detector = FaultDetector::builder().clock(&dclock).build();
+    let lim = RateLimiter::builder(q("10/s"))
+        .clock(&clock)
+        .detector(detector.clone())
+        .build();
+    detector.force_pass_through(PassReason::Forced, Duration::from_secs(30));
+    // One check a second: far fewer than the checks between two evaluations.
+    let mut last_passed = 0;
+    for s in 1..=40u64 {
+        clock.advance(Duration::from_secs(1));
+        dclock.advance(Duration::from_secs(1));
+        if matches!(lim.check(), Verdict::PassThrough(_)) {
+            last_passed = s;
+        }
+    }
+    assert_eq!(last_passed, 29, "the forced pass-through ends at 30 s");
+}
+
 // ---- 6. Every limiter counts its verdicts ------------------------------------------------
 
 #[test]

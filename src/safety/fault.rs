@@ -319,8 +319,26 @@ impl Shared {
     pub(crate) fn pass_reason(&self) -> Option<PassReason> {
         match self.mode.load(Ordering::Relaxed) {
             0 => None,
-            code => Some(reason_from_code(code - 1)),
+            code => self.passing(code),
         }
+    }
+
+    /// While passing through: a forced pass-through ends at its instant, whatever the
+    /// traffic (one read of the detector clock per check, only while passing through).
+    #[cold]
+    fn passing(&self, code: u64) -> Option<PassReason> {
+        let until = self.override_until.load(Ordering::Relaxed);
+        if until != u64::MAX {
+            let now = self.clock.now_nanos();
+            if now >= until {
+                self.eval.lock().expire_override(now, self);
+                return match self.mode.load(Ordering::Relaxed) {
+                    0 => None,
+                    code => Some(reason_from_code(code - 1)),
+                };
+            }
+        }
+        Some(reason_from_code(code - 1))
     }
 
     pub(crate) fn ceiling(&self) -> Option<u32> {
