@@ -433,7 +433,7 @@ mod serde_forms {
     }
 
     fn yaml(s: &str) -> Result<Quota, String> {
-        serde_yaml::from_str::<Config>(s)
+        serde_yaml_ng::from_str::<Config>(s)
             .map(|c| c.quota)
             .map_err(|e| e.to_string())
     }
@@ -533,7 +533,7 @@ mod serde_forms {
         assert!(e.contains(r#"missing unit in "0""#), "{e}");
         let e = yaml("quota: {rate: 100/s, extra: 1}").unwrap_err();
         assert!(e.contains("unknown field `extra`"), "{e}");
-        let out = serde_yaml::to_string(&Config {
+        let out = serde_yaml_ng::to_string(&Config {
             quota: q("6000/minute"),
         })
         .unwrap();

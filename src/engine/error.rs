@@ -201,6 +201,13 @@ pub enum ConfigErrorKind {
     UnacknowledgedTightening,
     /// A changed document whose revision is not above the running one.
     StaleRevision,
+    /// Lists and tables nested deeper than [`MAX_DEPTH`](crate::MAX_DEPTH) levels; refused
+    /// where the parser meets it, with its line and column.
+    TooDeep,
+    /// A document longer than [`MAX_DOCUMENT_BYTES`](crate::MAX_DOCUMENT_BYTES), refused
+    /// before it is parsed, or YAML aliases that would copy more than the document's own
+    /// size (an alias bomb).
+    TooLarge,
 }
 
 /// One problem in a limits document: where it is ([`path`](ConfigError::path), by policy

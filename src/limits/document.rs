@@ -35,6 +35,7 @@ use crate::engine::error::{ConfigError, ConfigErrorKind, Quoted};
 mod change;
 mod diff;
 mod duration;
+mod emit;
 mod errors;
 mod fields;
 mod format;
@@ -49,6 +50,7 @@ pub use errors::ConfigErrors;
 pub use format::Format;
 pub use model::{Acknowledgement, Matcher, Policy};
 pub use moves::TrafficMove;
+pub use parse::{MAX_DEPTH, MAX_DOCUMENT_BYTES};
 
 /// The tightening factor beyond which a change needs an acknowledgement: 10×.
 pub const DEFAULT_GUARD: f64 = 10.0;
@@ -113,11 +115,18 @@ pub const DEFAULT_GUARD: f64 = 10.0;
 /// map keyed by name, because map formats silently keep the last of two duplicate keys; a
 /// field given twice in one table is an error for the same reason.
 ///
-/// Loading is two-phase: a lenient parse into a tree that keeps unknown fields (only a
-/// syntax error stops it, with its line and column), then a validator that collects every
-/// error with its path by policy name and a fix hint, such as
+/// Loading is two-phase: a lenient parse into a tree that keeps unknown fields and where each
+/// value is (only a syntax error stops it, with its line and column), then a validator that
+/// collects every error with its path by policy name, its line and column, and a fix hint,
+/// such as
 /// `policies[paid-checkout].quota: missing unit in "10": write "10/s" or "10/min"` or
 /// `policies[free-search].match.categroy: unknown field; did you mean "category"?`.
+///
+/// **Limits.** Every input costs time and memory linear in its length: a document longer than
+/// [`MAX_DOCUMENT_BYTES`] (16 MiB) is refused before it is parsed, and YAML aliases may copy
+/// at most about the document's own size ([`ConfigErrorKind::TooLarge`]); nesting deeper
+/// than [`MAX_DEPTH`] (64 levels) is refused where the parser meets it
+/// ([`ConfigErrorKind::TooDeep`]).
 ///
 /// ```
 /// use tollgate::Limits;
@@ -303,7 +312,10 @@ impl Limits {
         };
         let text = match format {
             Format::Toml => toml::to_string(&doc).map_err(|e| e.to_string()),
-            Format::Yaml => serde_yaml::to_string(&doc).map_err(|e| e.to_string()),
+            Format::Yaml => serde_json::to_string(&doc)
+                .map_err(|e| e.to_string())
+                .and_then(|json| parse::json_tree(&json).map_err(|e| e.to_string()))
+                .map(|tree| emit::yaml(&tree)),
             Format::Json => serde_json::to_string_pretty(&doc).map_err(|e| e.to_string()),
         };
         text.unwrap_or_else(|e| panic!("a validated document always serializes as {format}: {e}"))

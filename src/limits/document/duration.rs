@@ -8,7 +8,7 @@ use core::time::Duration;
 
 use crate::engine::error::{ConfigError, ConfigErrorKind as Kind, Quoted};
 
-use super::parse::Node;
+use super::parse::{Node, Value};
 
 /// The units, longest spelling first where one is a prefix of another.
 const UNITS: &[(&str, u64)] = &[
@@ -25,10 +25,10 @@ const MAX_LEN: usize = 32;
 /// Parses a duration field: a string such as `"10s"`. A bare number is a missing-unit error
 /// with a hint, like a quota's.
 pub(super) fn parse_duration(node: &Node, path: &str) -> Result<Duration, ConfigError> {
-    let text = match node {
-        Node::Str(s) => s.as_str(),
-        Node::Int(n) => return Err(missing_unit(path, &n.to_string(), Some(*n))),
-        Node::Float(x) => return Err(missing_unit(path, &format!("{x:?}"), None)),
+    let text = match &node.value {
+        Value::Str(s) => s.as_str(),
+        Value::Int(n) => return Err(missing_unit(path, &n.to_string(), Some(*n))),
+        Value::Float(x) => return Err(missing_unit(path, &format!("{x:?}"), None)),
         other => {
             return Err(ConfigError::new(
                 Kind::WrongType,

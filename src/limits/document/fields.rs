@@ -128,12 +128,12 @@ fn fallback_hint(kind: QuotaErrorKind) -> &'static str {
 /// Parses a quota written as a string; anything else is the missing-unit error of a bare
 /// number (incident 001: `quota = 10`) or a wrong type.
 pub(super) fn parse_quota(node: &super::parse::Node, path: &str) -> Result<Quota, ConfigError> {
-    use super::parse::Node;
-    let text = match node {
-        Node::Str(s) => return s.parse().map_err(|e| quota_error(path, s, &e)),
-        Node::Int(n) => n.to_string(),
+    use super::parse::Value;
+    let text = match &node.value {
+        Value::Str(s) => return s.parse().map_err(|e| quota_error(path, s, &e)),
+        Value::Int(n) => n.to_string(),
         // `{:?}` keeps the point: 10.0 is not the integer 10
-        Node::Float(x) => format!("{x:?}"),
+        Value::Float(x) => format!("{x:?}"),
         other => {
             return Err(ConfigError::new(
                 Kind::WrongType,

@@ -3,7 +3,7 @@
 
 use super::fields::{check_name, did_you_mean, parse_quota, ACK_FIELDS, DOCUMENT_FIELDS};
 use super::model::{Acknowledgement, Matcher, Policy};
-use super::parse::Node;
+use super::parse::{Node, Value};
 use super::{ConfigErrors, Limits};
 
 mod policy;
@@ -89,14 +89,14 @@ impl Walk {
 
     /// Opens a table, reporting keys that are unknown, repeated or not strings.
     fn table<'a>(&mut self, node: &'a Node, path: &str, known: &[&str]) -> Option<Table<'a>> {
-        let Node::Map(entries) = node else {
+        let Value::Map(entries) = &node.value else {
             let hint = format!("a table with the fields {}", known.join(", "));
             self.wrong_type(path, "a table", node, &hint);
             return None;
         };
         let mut fields: Vec<(&str, &Node)> = Vec::with_capacity(entries.len());
         for (key, value) in entries {
-            let Node::Str(key) = key else {
+            let Value::Str(key) = &key.value else {
                 let what = format!("a field name is {}, not a string", key.describe());
                 self.error(Kind::WrongType, path, what, "quote the field name");
                 continue;
@@ -125,10 +125,10 @@ impl Walk {
 
     /// A string field; `None` (reported) when it has another type.
     fn string<'a>(&mut self, node: &'a Node, path: &str, hint: &str) -> Option<&'a str> {
-        match node {
-            Node::Str(s) => Some(s),
-            other => {
-                self.wrong_type(path, "a string", other, hint);
+        match &node.value {
+            Value::Str(s) => Some(s),
+            _ => {
+                self.wrong_type(path, "a string", node, hint);
                 None
             }
         }
@@ -136,15 +136,18 @@ impl Walk {
 
     fn document(&mut self, root: &Node) -> Option<Limits> {
         let doc = self.table(root, "", DOCUMENT_FIELDS)?;
-        match doc.get("schema") {
+        match doc.get("schema").map(|n| &n.value) {
             None => self.missing("schema", "add `schema = 1`"),
-            Some(Node::Int(1)) => {}
-            Some(Node::Int(n)) => {
+            Some(Value::Int(1)) => {}
+            Some(Value::Int(n)) => {
                 let what = format!("unsupported schema {n}");
                 let hint = "this version of tollgate reads schema 1";
                 self.error(Kind::UnsupportedSchema, "schema", what, hint);
             }
-            Some(other) => self.wrong_type("schema", "the integer 1", other, "write `schema = 1`"),
+            Some(_) => {
+                let other = doc.get("schema").unwrap_or(root);
+                self.wrong_type("schema", "the integer 1", other, "write `schema = 1`");
+            }
         }
         let revision = self.revision(doc.get("revision"));
         let categories = self.declared(doc.get("categories"), "categories");
@@ -154,7 +157,10 @@ impl Walk {
                 self.missing("policies", "add `policies`, a list of policies");
                 None
             }
-            Some(Node::List(items)) => Some(self.policies(items, &tiers, &categories)),
+            Some(Node {
+                value: Value::List(items),
+                ..
+            }) => Some(self.policies(items, &tiers, &categories)),
             Some(other) => {
                 let hint = "write a list of tables (`[[policies]]` in TOML)";
                 self.wrong_type("policies", "a list of policies", other, hint);
@@ -197,7 +203,10 @@ impl Walk {
                 "revision",
                 "add `revision`, the document's version (an integer)",
             ),
-            Some(Node::Int(n)) => match u64::try_from(*n) {
+            Some(Node {
+                value: Value::Int(n),
+                ..
+            }) => match u64::try_from(*n) {
                 Ok(n) if i64::try_from(n).is_ok() => return Some(n),
                 Ok(_) => self.error(Kind::InvalidValue, "revision", "revision too large", hint),
                 Err(_) => self.error(Kind::InvalidValue, "revision", "negative revision", hint),
@@ -210,7 +219,10 @@ impl Walk {
     fn declared(&mut self, node: Option<&Node>, field: &str) -> Declared {
         let items = match node {
             None => return Some(Vec::new()),
-            Some(Node::List(items)) => items,
+            Some(Node {
+                value: Value::List(items),
+                ..
+            }) => items,
             Some(other) => {
                 let hint = format!("write a list of names, such as `{field} = [\"a\", \"b\"]`");
                 self.wrong_type(field, "a list of names", other, &hint);
@@ -242,7 +254,10 @@ impl Walk {
     ) -> Option<Vec<Acknowledgement>> {
         let items = match node {
             None => return Some(Vec::new()),
-            Some(Node::List(items)) => items,
+            Some(Node {
+                value: Value::List(items),
+                ..
+            }) => items,
             Some(other) => {
                 let hint = "write a list of tables (`[[acknowledge]]` in TOML)";
                 self.wrong_type("acknowledge", "a list of acknowledgements", other, hint);

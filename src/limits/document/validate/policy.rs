@@ -11,7 +11,7 @@ use crate::limits::document::fields::{
     check_name, check_route, did_you_mean, parse_quota, quota_error, MATCH_FIELDS, POLICY_FIELDS,
 };
 use crate::limits::document::model::Matcher;
-use crate::limits::document::parse::Node;
+use crate::limits::document::parse::{Node, Value};
 
 impl Walk {
     pub(super) fn policies(
@@ -104,15 +104,18 @@ impl Walk {
             },
         }
         if let Some(burst) = table.get("burst") {
-            let written = match table.get("quota") {
-                Some(Node::Str(q)) if draft.quota.is_some() => Some(q.as_str()),
-                _ => None,
-            };
+            let written = table
+                .get("quota")
+                .and_then(Node::as_str)
+                .filter(|_| draft.quota.is_some());
             draft.quota = self.burst(burst, written, &join(path, "burst"));
         }
         match table.get("shadow") {
             None => {}
-            Some(Node::Bool(b)) => draft.shadow = *b,
+            Some(Node {
+                value: Value::Bool(b),
+                ..
+            }) => draft.shadow = *b,
             Some(other) => {
                 let hint = "write `shadow = true` or `shadow = false`";
                 self.wrong_type(&join(path, "shadow"), "a boolean", other, hint);
@@ -132,12 +135,12 @@ impl Walk {
 
     /// Applies `burst` to the quota string `written` (`None` when the quota had an error).
     fn burst(&mut self, node: &Node, written: Option<&str>, path: &str) -> Option<Quota> {
-        let text = match node {
-            Node::Int(n) => n.to_string(),
-            Node::Str(s) => s.clone(),
-            other => {
+        let text = match &node.value {
+            Value::Int(n) => n.to_string(),
+            Value::Str(s) => s.clone(),
+            _ => {
                 let hint = r#"write an integer, or a size such as "64MiB" for a byte budget"#;
-                self.wrong_type(path, "an integer or a size", other, hint);
+                self.wrong_type(path, "an integer or a size", node, hint);
                 return None;
             }
         };
@@ -212,15 +215,17 @@ impl Walk {
 
 /// The name a policy would be labelled by: its `name`, if it is a valid name.
 fn raw_name(node: &Node) -> Option<&str> {
-    let Node::Map(entries) = node else {
+    let Value::Map(entries) = &node.value else {
         return None;
     };
-    entries.iter().find_map(|(k, v)| match (k, v) {
-        (Node::Str(k), Node::Str(v)) if k == "name" && check_name(v, "").is_ok() => {
-            Some(v.as_str())
-        }
-        _ => None,
-    })
+    entries
+        .iter()
+        .find_map(|(k, v)| match (&k.value, &v.value) {
+            (Value::Str(k), Value::Str(v)) if k == "name" && check_name(v, "").is_ok() => {
+                Some(v.as_str())
+            }
+            _ => None,
+        })
 }
 
 fn check_declared(
@@ -248,13 +253,19 @@ fn check_declared(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::limits::document::parse::Pos;
 
     #[test]
     fn labels_come_from_valid_names_only() {
-        let named =
-            |name: &str| Node::Map(vec![(Node::Str("name".into()), Node::Str(name.into()))]);
+        let node = |value: Value| Node::new(value, Pos::default());
+        let named = |name: &str| {
+            node(Value::Map(vec![(
+                node(Value::Str("name".into())),
+                node(Value::Str(name.into())),
+            )]))
+        };
         assert_eq!(raw_name(&named("a")), Some("a"));
         assert_eq!(raw_name(&named("a]")), None);
-        assert_eq!(raw_name(&Node::List(vec![])), None);
+        assert_eq!(raw_name(&node(Value::List(vec![]))), None);
     }
 }

@@ -5,7 +5,7 @@ use crate::engine::error::{ConfigErrorKind as Kind, Quoted};
 use crate::engine::quota::Quota;
 use crate::limits::document::duration::parse_duration;
 use crate::limits::document::fields::{parse_quota, CLASS_FIELDS, RETRY_BUDGET_FIELDS};
-use crate::limits::document::parse::Node;
+use crate::limits::document::parse::{Node, Value};
 use crate::shaping::priority::{Priorities, PriorityError};
 use crate::shaping::retry::RetryBudget;
 
@@ -23,7 +23,7 @@ impl Walk {
     pub(super) fn classes(&mut self, node: &Node, path: &str) -> Option<Priorities> {
         const HINT: &str =
             "write a list such as [{ class = 0, reserve = 0.0 }, { class = 2, reserve = 0.5 }]";
-        let Node::List(items) = node else {
+        let Value::List(items) = &node.value else {
             self.wrong_type(path, "a list of classes", node, HINT);
             return None;
         };
@@ -93,7 +93,10 @@ impl Walk {
                 self.missing(&class_path, "add `class`, from 0 (most critical) to 255");
                 None
             }
-            Some(Node::Int(n)) => match u8::try_from(*n) {
+            Some(Node {
+                value: Value::Int(n),
+                ..
+            }) => match u8::try_from(*n) {
                 Ok(c) => Some(c),
                 Err(_) => {
                     let what = format!("class {n} is not in 0..=255");
@@ -215,7 +218,7 @@ impl Walk {
     fn floor(&mut self, node: &Node, path: &str) -> Option<u32> {
         const FLOOR: &str =
             r#"a floor is the retries always allowed, such as "10/s" ("0/s" for none)"#;
-        if let Node::Str(s) = node {
+        if let Value::Str(s) = &node.value {
             if let Some(rest) = s.strip_prefix("0/") {
                 return match format!("1/{rest}").parse::<Quota>() {
                     Ok(q) if !q.is_bytes() && !rest.contains(';') => Some(0),
@@ -234,10 +237,7 @@ impl Walk {
                 return None;
             }
         };
-        let written = match node {
-            Node::Str(s) => s.as_str(),
-            _ => "",
-        };
+        let written = node.as_str().unwrap_or("");
         if quota.is_bytes() || written.contains(';') {
             let what = format!("floor {} is not a plain request rate", Quoted(written));
             let hint =
@@ -270,9 +270,9 @@ impl Walk {
 
 /// An integer or a float, as a float (NaN is not a number here).
 fn number(node: &Node) -> Option<f64> {
-    match node {
-        Node::Int(n) => Some(*n as f64),
-        Node::Float(x) if !x.is_nan() => Some(*x),
+    match node.value {
+        Value::Int(n) => Some(n as f64),
+        Value::Float(x) if !x.is_nan() => Some(x),
         _ => None,
     }
 }

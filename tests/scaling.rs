@@ -1,0 +1,240 @@
+//! No input may cost quadratic time (issue 9): loading, validating, diffing, checking a
+//! transition and reloading scale near-linearly in the number of policies and of unknown
+//! names, and a deeply nested or alias-bombed document is refused quickly with a typed error.
+//!
+//! Every assertion compares two runs of the same test (the 4n case against the n case, a
+//! hostile document against a shallow one of similar size), each the fastest of a few
+//! repetitions; none asserts an absolute time.
+#![cfg(feature = "config")]
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use tollgate::{ConfigErrorKind as Kind, Format, Limits, MAX_DEPTH, MAX_DOCUMENT_BYTES};
+
+/// Repetitions of each case; the fastest counts, which filters out scheduler noise.
+const REPS: usize = 5;
+/// The fastest of [`REPS`] runs of `f`, each given fresh input from `setup` (not timed).
+fn fastest<S, T>(mut setup: impl FnMut() -> S, mut f: impl FnMut(S) -> T) -> Duration {
+    (0..REPS)
+        .map(|_| {
+            let input = setup();
+            let start = Instant::now();
+            black_box(f(input));
+            start.elapsed()
+        })
+        .min()
+        .unwrap_or_default()
+}
+
+/// A document of `n` policies named `{prefix}{i}` with quota `quota`, four declared tiers and
+/// categories, and matchers that are all different: a tier and a route prefix, a category
+/// and an exact route, or a route prefix alone. With `acks`, every policy's change from
+/// `acks` to `quota` is acknowledged.
+fn document(n: usize, prefix: &str, quota: &str, revision: u64, acks: Option<&str>) -> String {
+    let mut text = format!(
+        "schema = 1\nrevision = {revision}\ntiers = [\"t0\", \"t1\", \"t2\", \"t3\"]\n\
+         categories = [\"c0\", \"c1\", \"c2\", \"c3\"]\n"
+    );
+    for i in 0..n {
+        let matcher = match i % 3 {
+            0 => format!("tier = \"t{}\", route = \"/r{i}/*\"", i % 4),
+            1 => format!("category = \"c{}\", route = \"/r{i}\"", i % 4),
+            _ => format!("route = \"/r{i}/*\""),
+        };
+        text.push_str(&format!(
+            "\n[[policies]]\nname = \"{prefix}{i}\"\nmatch = {{ {matcher} }}\nquota = \"{quota}\"\n"
+        ));
+    }
+    if let Some(from) = acks {
+        for i in 0..n {
+            text.push_str(&format!(
+                "\n[[acknowledge]]\npolicy = \"{prefix}{i}\"\nfrom = \"{from}\"\nto = \"{quota}\"\n"
+            ));
+        }
+    }
+    text
+}
+
+fn load(text: &str) -> Limits {
+    Limits::from_toml(text).unwrap_or_else(|e| panic!("a valid test document: {e}"))
+}
+
+// ---- nesting, aliases and size -------------------------------------------------------------
+
+/// A valid document of about `bytes` bytes in `format`: the shallow yardstick.
+fn shallow(bytes: usize, format: Format) -> String {
+    let per_policy = 80;
+    load(&document(bytes / per_policy, "p", "10/s", 1, None)).to_format(format)
+}
+
+/// Asserts that `hostile` fails with `kind` in `format`, at most a few times slower than
+/// loading a shallow valid document of similar size.
+fn assert_refused_quickly(what: &str, format: Format, hostile: &str, kind: Kind) {
+    assert_refused_within(what, format, hostile, kind, hostile.len());
+}
+
+/// Asserts that `hostile` fails with `kind` in `format`, at most a few times slower than
+/// loading a shallow valid document of `bytes` bytes (at most 1 MiB).
+fn assert_refused_within(what: &str, format: Format, hostile: &str, kind: Kind, bytes: usize) {
+    let errors = Limits::parse(hostile, format).expect_err(what);
+    assert_eq!(errors.len(), 1, "{what}: {errors}");
+    assert_eq!(errors[0].kind(), kind, "{what}: {errors}");
+    let yardstick = shallow(bytes.min(1 << 20), format);
+    let bad = fastest(|| hostile, |text| Limits::parse(text, format).is_err());
+    let good = fastest(
+        || yardstick.as_str(),
+        |text| Limits::parse(text, format).is_ok(),
+    );
+    let ratio = bad.as_secs_f64() / good.as_secs_f64().max(1e-9);
+    eprintln!("{what}: {bad:?} vs a shallow document's {good:?}, ratio {ratio:.3}");
+    assert!(
+        ratio < 4.0,
+        "{what} took {ratio:.1}× as long as a shallow document of its size ({bad:?} vs {good:?})"
+    );
+}
+
+const DEEP: usize = 100_000;
+
+#[test]
+fn nesting_100_000_levels_is_a_typed_error_in_every_format() {
+    let flow = "[".repeat(DEEP);
+    assert_refused_quickly(
+        "JSON arrays",
+        Format::Json,
+        &format!("{{\"policies\": {flow}"),
+        Kind::TooDeep,
+    );
+    assert_refused_quickly(
+        "JSON objects",
+        Format::Json,
+        &"{\"a\": ".repeat(DEEP),
+        Kind::TooDeep,
+    );
+    assert_refused_quickly(
+        "TOML arrays",
+        Format::Toml,
+        &format!("policies = {flow}"),
+        Kind::TooDeep,
+    );
+    assert_refused_quickly(
+        "TOML inline tables",
+        Format::Toml,
+        &format!("policies = {}", "{ a = ".repeat(DEEP)),
+        Kind::TooDeep,
+    );
+    assert_refused_quickly(
+        "TOML dotted keys",
+        Format::Toml,
+        &format!("{}b = 1", "a.".repeat(DEEP)),
+        Kind::TooDeep,
+    );
+    assert_refused_quickly(
+        "YAML flow sequences",
+        Format::Yaml,
+        &format!("policies: {flow}"),
+        Kind::TooDeep,
+    );
+    assert_refused_quickly(
+        "YAML flow mappings",
+        Format::Yaml,
+        &format!("policies: {}", "{a: ".repeat(DEEP)),
+        Kind::TooDeep,
+    );
+    assert_refused_quickly(
+        "YAML block sequences",
+        Format::Yaml,
+        &format!("policies:\n{}x\n", "- ".repeat(DEEP)),
+        Kind::TooDeep,
+    );
+    // Block indentation: 1,500 levels is a 1 MB document.
+    let block: String = (0..1_500)
+        .map(|i| format!("{}a:\n", " ".repeat(i)))
+        .collect();
+    assert_refused_quickly("YAML block mappings", Format::Yaml, &block, Kind::TooDeep);
+}
+
+#[test]
+fn nesting_at_the_limit_is_accepted_and_one_more_level_is_not() {
+    // The document is the first level; `tiers` nests the rest.
+    let head = r#"{"schema": 1, "revision": 1, "policies": [], "tiers": "#;
+    let nested = |depth: usize| {
+        let (open, close) = ("[".repeat(depth - 1), "]".repeat(depth - 1));
+        format!("{head}{open}{close}}}")
+    };
+    let errors = Limits::from_json(&nested(MAX_DEPTH)).expect_err("tiers holds no names");
+    assert!(errors.iter().all(|e| e.kind() != Kind::TooDeep), "{errors}");
+    let errors = Limits::from_json(&nested(MAX_DEPTH + 1)).expect_err("too deep");
+    assert_eq!(errors.len(), 1, "{errors}");
+    assert_eq!(errors[0].kind(), Kind::TooDeep, "{errors}");
+    assert_eq!(
+        errors[0].to_string(),
+        format!(
+            "line 1, column {}: nesting deeper than 64 levels; a limits document needs 5",
+            head.len() + MAX_DEPTH
+        )
+    );
+}
+
+#[test]
+fn brackets_in_strings_and_comments_do_not_count_as_nesting() {
+    let brackets = "[{".repeat(DEEP);
+    let yaml = format!(
+        "# {brackets}\nschema: 1\nrevision: 1\npolicies:\n  - name: \"a\"\n    match: {{ route: '/{brackets}' }}\n    quota: 10/s\n"
+    );
+    let toml = format!(
+        "# {brackets}\nschema = 1\nrevision = 1\n[[policies]]\nname = \"a\"\nmatch = {{ route = '/{brackets}' }}\nquota = \"10/s\"\n"
+    );
+    let json = format!(
+        "{{\"schema\": 1, \"revision\": 1, \"policies\": [{{\"name\": \"a\", \"match\": {{\"route\": \"/{brackets}\"}}, \"quota\": \"10/s\"}}]}}"
+    );
+    for (format, text) in [
+        (Format::Yaml, yaml),
+        (Format::Toml, toml),
+        (Format::Json, json),
+    ] {
+        // The route is too long to be valid, but the document parses.
+        let errors = Limits::parse(&text, format).expect_err("the route is too long");
+        assert_eq!(errors.len(), 1, "{format}: {errors}");
+        assert_eq!(errors[0].kind(), Kind::InvalidValue, "{format}: {errors}");
+        assert_eq!(errors[0].path(), "policies[a].match.route", "{format}");
+    }
+}
+
+#[test]
+fn a_yaml_alias_bomb_is_refused_without_expanding_it() {
+    // Billion laughs: nine levels of ten aliases each would be 10^9 strings.
+    let mut text = String::from("a: &a [\"lol\", \"lol\", \"lol\", \"lol\", \"lol\", \"lol\", \"lol\", \"lol\", \"lol\", \"lol\"]\n");
+    let names = ["a", "b", "c", "d", "e", "f", "g", "h", "i"];
+    for pair in names.windows(2) {
+        let (prev, next) = (pair[0], pair[1]);
+        let refs = vec![format!("*{prev}"); 10].join(", ");
+        text.push_str(&format!("{next}: &{next} [{refs}]\n"));
+    }
+    // Aliases may copy about the document's size plus 64 KiB: no slower than reading 128 KiB.
+    let bomb = "a YAML alias bomb";
+    assert_refused_within(bomb, Format::Yaml, &text, Kind::TooLarge, 128 << 10);
+    // A few aliases are fine.
+    let shared = "schema: 1\nrevision: 1\npolicies:\n  - name: a\n    match: &m { route: /a }\n    quota: 10/s\n  - name: b\n    match: *m\n    quota: 10/s\n";
+    let errors = Limits::from_yaml(shared).expect_err("two policies with one matcher");
+    assert_eq!(errors[0].kind(), Kind::OverlappingMatchers, "{errors}");
+}
+
+#[test]
+fn a_document_beyond_the_size_limit_is_refused_before_parsing() {
+    let filler = "#".repeat(MAX_DOCUMENT_BYTES);
+    for format in [Format::Toml, Format::Yaml, Format::Json] {
+        // Not even valid syntax: the size is checked first.
+        let text = format!("{filler}\n{{[");
+        let errors = Limits::parse(&text, format).expect_err("too large");
+        assert_eq!(errors.len(), 1);
+        assert_eq!(errors[0].kind(), Kind::TooLarge, "{format}: {errors}");
+        assert_eq!(
+            errors[0].to_string(),
+            format!(
+                "document of {} bytes is larger than the limit of 16 MiB",
+                text.len()
+            )
+        );
+    }
+}
