@@ -14,6 +14,10 @@ use tollgate::{ConfigErrorKind as Kind, Format, Limits, MAX_DEPTH, MAX_DOCUMENT_
 
 /// Repetitions of each case; the fastest counts, which filters out scheduler noise.
 const REPS: usize = 5;
+/// Near-linear: four times the input may cost at most this many times the time (linear is
+/// 4, n log n a little more; quadratic is 16).
+const MAX_RATIO: f64 = 6.0;
+
 /// The fastest of [`REPS`] runs of `f`, each given fresh input from `setup` (not timed).
 fn fastest<S, T>(mut setup: impl FnMut() -> S, mut f: impl FnMut(S) -> T) -> Duration {
     (0..REPS)
@@ -25,6 +29,23 @@ fn fastest<S, T>(mut setup: impl FnMut() -> S, mut f: impl FnMut(S) -> T) -> Dur
         })
         .min()
         .unwrap_or_default()
+}
+
+/// Times the n case and the 4n case in the same test and asserts near-linear scaling.
+fn assert_near_linear<S, T>(
+    what: &str,
+    mut setup: impl FnMut(usize) -> S,
+    mut f: impl FnMut(S) -> T,
+    n: usize,
+) {
+    let small = fastest(|| setup(n), &mut f);
+    let large = fastest(|| setup(4 * n), &mut f);
+    let ratio = large.as_secs_f64() / small.as_secs_f64().max(1e-9);
+    eprintln!("{what}: n = {n}: {small:?}, 4n: {large:?}, ratio {ratio:.2}");
+    assert!(
+        ratio < MAX_RATIO,
+        "{what}: 4n took {ratio:.1}× the time of n ({large:?} vs {small:?}); near-linear is under {MAX_RATIO}×"
+    );
 }
 
 /// A document of `n` policies named `{prefix}{i}` with quota `quota`, four declared tiers and
@@ -58,6 +79,35 @@ fn document(n: usize, prefix: &str, quota: &str, revision: u64, acks: Option<&st
 
 fn load(text: &str) -> Limits {
     Limits::from_toml(text).unwrap_or_else(|e| panic!("a valid test document: {e}"))
+}
+
+// ---- unknown names ----------------------------------------------------------------------
+
+/// `n` declared tiers and `n` policies each naming an undeclared one (4,000 took 5.4 s):
+/// every name is a near miss of many declared ones.
+fn undeclared(n: usize) -> String {
+    let tiers: Vec<String> = (0..n).map(|i| format!("\"tier{i:05}\"")).collect();
+    let mut text = format!("schema = 1\nrevision = 1\ntiers = [{}]\n", tiers.join(", "));
+    for i in 0..n {
+        text.push_str(&format!(
+            "\n[[policies]]\nname = \"p{i}\"\nmatch = {{ tier = \"teir{i:05}\", route = \"/r{i}\" }}\nquota = \"10/s\"\n"
+        ));
+    }
+    text
+}
+
+#[test]
+fn unknown_names_scale_near_linearly() {
+    assert_near_linear(
+        "validate with undeclared tiers",
+        undeclared,
+        |text| {
+            let errors = Limits::from_toml(&text).expect_err("every tier is undeclared");
+            assert!(errors.iter().all(|e| e.kind() == Kind::Undeclared));
+            errors.len()
+        },
+        1_000,
+    );
 }
 
 // ---- nesting, aliases and size -------------------------------------------------------------

@@ -41,6 +41,7 @@ mod fields;
 mod format;
 mod model;
 mod moves;
+mod names;
 mod parse;
 mod validate;
 

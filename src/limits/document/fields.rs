@@ -156,63 +156,9 @@ pub(super) fn parse_quota(node: &super::parse::Node, path: &str) -> Result<Quota
     }
 }
 
-/// The closest of `candidates` to `word`, if it is close enough to be a likely typo.
-pub(super) fn did_you_mean<'a>(word: &str, candidates: &[&'a str]) -> Option<&'a str> {
-    let limit = match word.chars().count() {
-        0..=3 => 1,
-        4..=8 => 2,
-        _ => 3,
-    };
-    candidates
-        .iter()
-        .map(|c| (distance(word, c), *c))
-        .filter(|(d, _)| *d <= limit)
-        .min_by_key(|(d, _)| *d)
-        .map(|(_, c)| c)
-}
-
-/// Optimal string alignment distance: edits, with a swap of two neighbours as one edit.
-/// Inputs longer than 64 characters are never close: the cost stays bounded.
-fn distance(a: &str, b: &str) -> usize {
-    let a: Vec<char> = a.chars().take(65).collect();
-    let b: Vec<char> = b.chars().take(65).collect();
-    if a.len().abs_diff(b.len()) > 3 {
-        return usize::MAX;
-    }
-    let width = b.len() + 1;
-    let mut d = vec![0usize; (a.len() + 1) * width];
-    for i in 0..=a.len() {
-        for j in 0..=b.len() {
-            d[i * width + j] = if i == 0 || j == 0 {
-                i + j
-            } else {
-                let cost = usize::from(a[i - 1] != b[j - 1]);
-                let mut best = (d[(i - 1) * width + j] + 1)
-                    .min(d[i * width + j - 1] + 1)
-                    .min(d[(i - 1) * width + j - 1] + cost);
-                if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
-                    best = best.min(d[(i - 2) * width + j - 2] + 1);
-                }
-                best
-            };
-        }
-    }
-    d[a.len() * width + b.len()]
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn distances() {
-        assert_eq!(distance("categroy", "category"), 1);
-        assert_eq!(distance("tier", "tiers"), 1);
-        assert_eq!(distance("", "abc"), 3);
-        assert_eq!(did_you_mean("categroy", MATCH_FIELDS), Some("category"));
-        assert_eq!(did_you_mean("rout", MATCH_FIELDS), Some("route"));
-        assert_eq!(did_you_mean("zzzzzz", MATCH_FIELDS), None);
-    }
 
     #[test]
     fn names_and_routes() {

@@ -177,7 +177,8 @@ struct LineIndex<'a> {
     text: &'a str,
     /// The byte offset at which each line starts.
     line_starts: Vec<usize>,
-    /// The characters before each block of [`BLOCK`] bytes.
+    /// The characters before each block of [`BLOCK`] bytes; empty when the text is ASCII,
+    /// where a byte is a character.
     chars_before_block: Vec<usize>,
 }
 
@@ -195,13 +196,16 @@ impl<'a> LineIndex<'a> {
                 .filter(|(_, b)| **b == b'\n')
                 .map(|(i, _)| i + 1),
         );
-        let mut chars_before_block = Vec::with_capacity(bytes.len() / BLOCK + 1);
-        let mut chars = 0;
-        for block in bytes.chunks(BLOCK) {
+        let mut chars_before_block = Vec::new();
+        if !text.is_ascii() {
+            chars_before_block.reserve(bytes.len() / BLOCK + 1);
+            let mut chars = 0;
+            for block in bytes.chunks(BLOCK) {
+                chars_before_block.push(chars);
+                chars += block.iter().filter(|b| !is_continuation(**b)).count();
+            }
             chars_before_block.push(chars);
-            chars += block.iter().filter(|b| !is_continuation(**b)).count();
         }
-        chars_before_block.push(chars);
         LineIndex {
             text,
             line_starts,
@@ -212,6 +216,9 @@ impl<'a> LineIndex<'a> {
     /// The characters before byte `offset`.
     fn chars_before(&self, offset: usize) -> usize {
         let offset = offset.min(self.text.len());
+        if self.chars_before_block.is_empty() {
+            return offset;
+        }
         let block = offset / BLOCK;
         let tail = &self.text.as_bytes()[block * BLOCK..offset];
         self.chars_before_block[block] + tail.iter().filter(|b| !is_continuation(**b)).count()

@@ -1,8 +1,11 @@
 //! Phase two: the validator walks the tree of any format and collects every error, each with
 //! its path by policy name and one fix hint; a [`Limits`] comes out only when there is none.
 
-use super::fields::{check_name, did_you_mean, parse_quota, ACK_FIELDS, DOCUMENT_FIELDS};
+use std::collections::HashSet;
+
+use super::fields::{check_name, parse_quota, ACK_FIELDS, DOCUMENT_FIELDS};
 use super::model::{Acknowledgement, Matcher, Policy};
+use super::names::{did_you_mean, NameIndex};
 use super::parse::{Node, Value};
 use super::{ConfigErrors, Limits};
 
@@ -65,7 +68,7 @@ struct Draft {
 
 /// The names a document declares; `None` when the list itself was unusable, so that the
 /// matchers are not blamed for it.
-type Declared = Option<Vec<String>>;
+type Declared = Option<NameIndex>;
 
 #[derive(Default)]
 struct Walk {
@@ -168,11 +171,9 @@ impl Walk {
             }
         };
         let names = policies.as_ref().map(|p: &Vec<Draft>| {
-            p.iter()
-                .filter_map(|d| d.name.as_deref())
-                .collect::<Vec<_>>()
+            NameIndex::new(p.iter().filter_map(|d| d.name.clone()).collect())
         });
-        let acknowledgements = self.acknowledgements(doc.get("acknowledge"), names.as_deref());
+        let acknowledgements = self.acknowledgements(doc.get("acknowledge"), names.as_ref());
         let policies = policies?
             .into_iter()
             .map(|d| {
@@ -188,8 +189,8 @@ impl Walk {
             .collect::<Option<Vec<_>>>()?;
         Some(Limits {
             revision: revision?,
-            categories: categories?,
-            tiers: tiers?,
+            categories: categories?.into_names(),
+            tiers: tiers?.into_names(),
             policies,
             acknowledgements: acknowledgements?,
         })
@@ -218,7 +219,7 @@ impl Walk {
 
     fn declared(&mut self, node: Option<&Node>, field: &str) -> Declared {
         let items = match node {
-            None => return Some(Vec::new()),
+            None => return Some(NameIndex::default()),
             Some(Node {
                 value: Value::List(items),
                 ..
@@ -230,6 +231,7 @@ impl Walk {
             }
         };
         let mut names: Vec<String> = Vec::with_capacity(items.len());
+        let mut seen: HashSet<&str> = HashSet::with_capacity(items.len());
         for (i, item) in items.iter().enumerate() {
             let path = format!("{field}[{i}]");
             let Some(name) = self.string(item, &path, "write the name as a string") else {
@@ -237,20 +239,20 @@ impl Walk {
             };
             if let Err(e) = check_name(name, &path) {
                 self.errors.push(e);
-            } else if names.iter().any(|n| n == name) {
+            } else if !seen.insert(name) {
                 let what = format!("{} declared twice", Quoted(name));
                 self.error(Kind::InvalidValue, &path, what, "remove the repeat");
             } else {
                 names.push(name.to_owned());
             }
         }
-        Some(names)
+        Some(NameIndex::new(names))
     }
 
     fn acknowledgements(
         &mut self,
         node: Option<&Node>,
-        names: Option<&[&str]>,
+        names: Option<&NameIndex>,
     ) -> Option<Vec<Acknowledgement>> {
         let items = match node {
             None => return Some(Vec::new()),
@@ -279,7 +281,7 @@ impl Walk {
         &mut self,
         node: &Node,
         path: &str,
-        names: Option<&[&str]>,
+        names: Option<&NameIndex>,
     ) -> Option<Acknowledgement> {
         let table = self.table(node, path, ACK_FIELDS)?;
         let policy_path = join(path, "policy");
@@ -294,8 +296,8 @@ impl Walk {
             Some(node) => self.string(node, &policy_path, "write the policy's name as a string"),
         };
         if let (Some(policy), Some(names)) = (policy, names) {
-            if !names.contains(&policy) {
-                let hint = match did_you_mean(policy, names) {
+            if !names.contains(policy) {
+                let hint = match names.suggest(policy) {
                     Some(near) => format!("did you mean \"{near}\"?"),
                     None => "name a policy of this document".to_owned(),
                 };

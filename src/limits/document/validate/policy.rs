@@ -8,7 +8,7 @@ use crate::engine::error::QuotaErrorKind;
 use crate::engine::error::{ConfigError, ConfigErrorKind as Kind, Quoted};
 use crate::engine::quota::Quota;
 use crate::limits::document::fields::{
-    check_name, check_route, did_you_mean, parse_quota, quota_error, MATCH_FIELDS, POLICY_FIELDS,
+    check_name, check_route, parse_quota, quota_error, MATCH_FIELDS, POLICY_FIELDS,
 };
 use crate::limits::document::model::Matcher;
 use crate::limits::document::parse::{Node, Value};
@@ -237,11 +237,10 @@ fn check_declared(
     let Some(declared) = declared else {
         return Ok(());
     };
-    if declared.iter().any(|d| d == value) {
+    if declared.contains(value) {
         return Ok(());
     }
-    let names: Vec<&str> = declared.iter().map(String::as_str).collect();
-    let hint = match did_you_mean(value, &names) {
+    let hint = match declared.suggest(value) {
         Some(near) => format!("did you mean \"{near}\"?"),
         None => format!("declare it in `{list}`"),
     };
