@@ -722,6 +722,20 @@ fn quota() -> impl Strategy<Value = String> {
     ]
 }
 
+/// `Limits::resolve`'s order, spelled out from its documentation: fields set, then the route
+/// (exact above the longest prefix above none), then category, then tier.
+fn specificity(m: &tollgate::Matcher) -> (usize, usize, bool, bool) {
+    let fields = [m.tier(), m.category(), m.route()];
+    let route = match m.route() {
+        None => 0,
+        Some(r) => r
+            .strip_suffix('*')
+            .map_or(usize::MAX, |prefix| prefix.len() + 1),
+    };
+    let set = fields.iter().filter(|f| f.is_some()).count();
+    (set, route, m.category().is_some(), m.tier().is_some())
+}
+
 prop_compose! {
     fn document()(
         revision in 0u64..=i64::MAX as u64,
@@ -771,6 +785,35 @@ proptest! {
         prop_assert_eq!(&Limits::from_json(&limits.to_json()).unwrap(), &limits);
         // and the diff of a document with itself is empty, with every request resolved
         prop_assert!(Limits::diff(&limits, &limits).is_empty());
+    }
+
+    #[test]
+    fn resolve_agrees_with_a_scan_of_every_policy(
+        doc in document(),
+        requests in prop::collection::vec((any::<u8>(), any::<u8>(), any::<u8>(), "[a-z/]{0,3}"), 1..24),
+    ) {
+        let limits = Limits::from_json(&doc.to_string()).unwrap();
+        let mut tiers: Vec<&str> = limits.tiers().iter().map(String::as_str).collect();
+        let mut cats: Vec<&str> = limits.categories().iter().map(String::as_str).collect();
+        tiers.push("other");
+        cats.push("other");
+        let routes: Vec<&str> = limits.policies().iter().filter_map(|p| p.matcher().route()).collect();
+        for (t, c, r, tail) in requests {
+            let tier = tiers[usize::from(t) % tiers.len()];
+            let category = cats[usize::from(c) % cats.len()];
+            // a policy's route (a prefix cut short, exact, or extended), or another
+            let route = match routes.get(usize::from(r) % (routes.len() + 1)) {
+                Some(pattern) => format!("{}{tail}", pattern.trim_end_matches('*')),
+                None => format!("/{tail}"),
+            };
+            let oracle = limits
+                .policies()
+                .iter()
+                .filter(|p| p.matcher().matches(tier, category, &route))
+                .max_by_key(|p| specificity(p.matcher()))
+                .map(|p| p.name());
+            prop_assert_eq!(limits.resolve(tier, category, &route).map(|p| p.name()), oracle);
+        }
     }
 
     #[test]

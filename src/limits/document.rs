@@ -28,7 +28,9 @@
 //! collects every error with its path by policy name and a fix hint
 //! (`policies[paid-checkout].quota: missing unit in "10": write "10/s" or "10/min"`).
 
+use core::fmt;
 use std::path::Path;
+use std::sync::Arc;
 
 use crate::engine::error::{ConfigError, ConfigErrorKind, Quoted};
 
@@ -39,6 +41,7 @@ mod emit;
 mod errors;
 mod fields;
 mod format;
+mod index;
 mod model;
 mod moves;
 mod names;
@@ -149,16 +152,61 @@ pub const DEFAULT_GUARD: f64 = 10.0;
 /// assert_eq!(Limits::from_json(&limits.to_json())?, limits);
 /// # Ok::<(), tollgate::ConfigErrors>(())
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct Limits {
     revision: u64,
     categories: Vec<String>,
     tiers: Vec<String>,
     policies: Vec<Policy>,
     acknowledgements: Vec<Acknowledgement>,
+    /// The policies by name and by matcher; derived from `policies`, shared by clones.
+    index: Arc<index::PolicyIndex>,
+}
+
+/// Equal documents have equal fields; the index follows from the policies.
+impl PartialEq for Limits {
+    fn eq(&self, other: &Limits) -> bool {
+        self.revision == other.revision
+            && self.categories == other.categories
+            && self.tiers == other.tiers
+            && self.policies == other.policies
+            && self.acknowledgements == other.acknowledgements
+    }
+}
+
+impl Eq for Limits {}
+
+impl fmt::Debug for Limits {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Limits")
+            .field("revision", &self.revision)
+            .field("categories", &self.categories)
+            .field("tiers", &self.tiers)
+            .field("policies", &self.policies)
+            .field("acknowledgements", &self.acknowledgements)
+            .finish()
+    }
 }
 
 impl Limits {
+    /// A validated document, indexed.
+    fn new(
+        revision: u64,
+        categories: Vec<String>,
+        tiers: Vec<String>,
+        policies: Vec<Policy>,
+        acknowledgements: Vec<Acknowledgement>,
+    ) -> Limits {
+        Limits {
+            index: Arc::new(index::PolicyIndex::new(&policies)),
+            revision,
+            categories,
+            tiers,
+            policies,
+            acknowledgements,
+        }
+    }
+
     /// Loads a TOML document.
     ///
     /// # Errors
@@ -315,8 +363,10 @@ impl Limits {
             Format::Toml => toml::to_string(&doc).map_err(|e| e.to_string()),
             Format::Yaml => serde_json::to_string(&doc)
                 .map_err(|e| e.to_string())
-                .and_then(|json| parse::json_tree(&json).map_err(|e| e.to_string()))
-                .map(|tree| emit::yaml(&tree)),
+                .and_then(|json| {
+                    let tree = parse::json_tree(&json).map_err(|e| e.to_string())?;
+                    Ok(emit::yaml(&tree))
+                }),
             Format::Json => serde_json::to_string_pretty(&doc).map_err(|e| e.to_string()),
         };
         text.unwrap_or_else(|e| panic!("a validated document always serializes as {format}: {e}"))
@@ -375,7 +425,7 @@ impl Limits {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn policy(&self, name: &str) -> Option<&Policy> {
-        self.policies.iter().find(|p| p.name == name)
+        self.index.position(name).map(|i| &self.policies[i])
     }
 
     /// The acknowledged tightenings, in document order.
@@ -402,8 +452,10 @@ impl Limits {
     ///
     /// Two different matchers that both match a request always differ in one of these, and
     /// identical matchers are rejected by the validator, so there are no ties: the answer
-    /// does not depend on the order of the policies. The cost is linear in the number of
-    /// policies.
+    /// does not depend on the order of the policies. The policies are indexed by tier,
+    /// category and route, so the cost does not grow with their number (only with the
+    /// number of different prefix lengths among the route patterns of one tier and
+    /// category).
     ///
     /// ```
     /// use tollgate::Limits;
@@ -438,10 +490,23 @@ impl Limits {
     /// # Ok::<(), tollgate::ConfigErrors>(())
     /// ```
     pub fn resolve(&self, tier: &str, category: &str, route: &str) -> Option<&Policy> {
-        self.policies
-            .iter()
-            .filter(|p| p.matcher.matches(tier, category, route))
-            .max_by_key(|p| p.matcher.specificity())
+        let i = self.resolve_position(tier, category, route)?;
+        Some(&self.policies[i])
+    }
+
+    /// The position in [`policies`](Limits::policies) of the policy a request resolves to.
+    pub(crate) fn resolve_position(
+        &self,
+        tier: &str,
+        category: &str,
+        route: &str,
+    ) -> Option<usize> {
+        self.index.resolve(&self.policies, tier, category, route)
+    }
+
+    /// The position in [`policies`](Limits::policies) of the policy named `name`.
+    pub(crate) fn position(&self, name: &str) -> Option<usize> {
+        self.index.position(name)
     }
 
     /// What changes from `old` to `new`; see [`Diff`].

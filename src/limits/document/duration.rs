@@ -26,7 +26,7 @@ const MAX_LEN: usize = 32;
 /// with a hint, like a quota's.
 pub(super) fn parse_duration(node: &Node, path: &str) -> Result<Duration, ConfigError> {
     let text = match &node.value {
-        Value::Str(s) => s.as_str(),
+        Value::Str(s) => s.as_ref(),
         Value::Int(n) => return Err(missing_unit(path, &n.to_string(), Some(*n))),
         Value::Float(x) => return Err(missing_unit(path, &format!("{x:?}"), None)),
         other => {

@@ -8,7 +8,7 @@
 use super::parse::{Node, Value};
 
 /// `tree` as a YAML document.
-pub(super) fn yaml(tree: &Node) -> String {
+pub(super) fn yaml(tree: &Node<'_>) -> String {
     let mut out = String::new();
     match &tree.value {
         Value::Map(entries) if !entries.is_empty() => block(&mut out, &tree.value, 0, false),
@@ -23,7 +23,7 @@ pub(super) fn yaml(tree: &Node) -> String {
 
 /// A non-empty list or table, one entry per line at `indent`; with `inline`, the first line
 /// continues the current one (after `- `).
-fn block(out: &mut String, value: &Value, indent: usize, inline: bool) {
+fn block(out: &mut String, value: &Value<'_>, indent: usize, inline: bool) {
     let mut first = true;
     let mut pad = |out: &mut String| {
         if !(inline && first) {
@@ -60,7 +60,7 @@ fn block(out: &mut String, value: &Value, indent: usize, inline: bool) {
 
 /// The value of a table entry whose key sits at `indent`: a table below, indented; a list
 /// below, at the key's indentation; anything else on the key's line.
-fn after_key(out: &mut String, value: &Value, indent: usize) {
+fn after_key(out: &mut String, value: &Value<'_>, indent: usize) {
     match value {
         Value::Map(_) if is_block(value) => {
             out.push('\n');
@@ -79,7 +79,7 @@ fn after_key(out: &mut String, value: &Value, indent: usize) {
 }
 
 /// A list or table with something in it (empty ones are written `[]` and `{}`).
-fn is_block(value: &Value) -> bool {
+fn is_block(value: &Value<'_>) -> bool {
     match value {
         Value::Map(entries) => !entries.is_empty(),
         Value::List(items) => !items.is_empty(),
@@ -87,7 +87,7 @@ fn is_block(value: &Value) -> bool {
     }
 }
 
-fn scalar(value: &Value) -> String {
+fn scalar(value: &Value<'_>) -> String {
     match value {
         Value::Null => "null".to_owned(),
         Value::Bool(b) => b.to_string(),
@@ -95,8 +95,8 @@ fn scalar(value: &Value) -> String {
         // `{:?}` keeps the point (`0.0`) and uses an exponent only when shorter (`1e21`),
         // both read back as the same float
         Value::Float(x) => format!("{x:?}"),
-        Value::Str(s) if is_plain(s) => s.clone(),
-        Value::Str(s) => serde_json::Value::String(s.clone()).to_string(),
+        Value::Str(s) if is_plain(s) => s.to_string(),
+        Value::Str(s) => serde_json::Value::String(s.to_string()).to_string(),
         Value::List(_) => "[]".to_owned(),
         Value::Map(_) => "{}".to_owned(),
         Value::Other(what) => format!("\"{what}\""),

@@ -11,6 +11,8 @@
 //! * YAML aliases are copied into the tree under a budget (see `from_yaml.rs`), so an alias
 //!   bomb is refused instead of expanded.
 
+use std::borrow::Cow;
+
 use super::Format;
 use crate::engine::error::{ConfigError, ConfigErrorKind};
 
@@ -48,14 +50,16 @@ impl Pos {
 }
 
 /// A value of any of the three formats with where it starts, as the validator walks it.
+/// Strings borrow from the text where the format allows (no escapes), so that a large
+/// document costs few allocations.
 #[derive(Clone, Debug, PartialEq)]
-pub(super) struct Node {
-    pub(super) value: Value,
+pub(super) struct Node<'a> {
+    pub(super) value: Value<'a>,
     pub(super) at: Pos,
 }
 
-impl Node {
-    pub(super) fn new(value: Value, at: Pos) -> Node {
+impl<'a> Node<'a> {
+    pub(super) fn new(value: Value<'a>, at: Pos) -> Node<'a> {
         Node { value, at }
     }
 
@@ -73,7 +77,7 @@ impl Node {
     }
 }
 
-impl Value {
+impl Value<'_> {
     /// What the value is, for "expected …, found …" messages.
     pub(super) fn describe(&self) -> &'static str {
         match self {
@@ -91,22 +95,22 @@ impl Value {
 
 /// The value of a [`Node`].
 #[derive(Clone, Debug, PartialEq)]
-pub(super) enum Value {
+pub(super) enum Value<'a> {
     Null,
     Bool(bool),
     /// Every integer that fits: TOML's i64, YAML's and JSON's u64 and i64.
     Int(i128),
     Float(f64),
-    Str(String),
-    List(Vec<Node>),
+    Str(Cow<'a, str>),
+    List(Vec<Node<'a>>),
     /// Entries in document order; keys may repeat and need not be strings (YAML).
-    Map(Vec<(Node, Node)>),
+    Map(Vec<(Node<'a>, Node<'a>)>),
     /// Something no schema field takes (a YAML tag, a TOML date), named for messages.
     Other(&'static str),
 }
 
 /// Parses `text` in `format` into a tree.
-pub(super) fn parse(text: &str, format: Format) -> Result<Node, ConfigError> {
+pub(super) fn parse(text: &str, format: Format) -> Result<Node<'_>, ConfigError> {
     if text.len() > MAX_DOCUMENT_BYTES {
         let what = format!(
             "document of {} bytes is larger than the limit of {} MiB",
@@ -124,14 +128,14 @@ pub(super) fn parse(text: &str, format: Format) -> Result<Node, ConfigError> {
 
 /// A JSON text as a tree, whatever its length: for writing documents, which are valid and
 /// shallow but may come out longer than [`MAX_DOCUMENT_BYTES`] in another format.
-pub(super) fn json_tree(text: &str) -> Result<Node, ConfigError> {
+pub(super) fn json_tree(text: &str) -> Result<Node<'_>, ConfigError> {
     from_json::parse(text)
 }
 
 /// Whether a YAML reader takes the plain scalar `s` for a string (not a number, boolean or
 /// null).
 pub(super) fn reads_as_string(s: &str) -> bool {
-    matches!(from_yaml::plain(s.to_owned()), Value::Str(_))
+    matches!(from_yaml::plain(Cow::Borrowed(s)), Value::Str(_))
 }
 
 /// The error for nesting deeper than [`MAX_DEPTH`], at `at` when known.

@@ -44,11 +44,11 @@ fn join(path: &str, field: &str) -> String {
 
 /// A table's entries by name, after unknown, repeated and non-string keys were reported.
 struct Table<'a> {
-    fields: Vec<(&'a str, &'a Node)>,
+    fields: Vec<(&'a str, &'a Node<'a>)>,
 }
 
 impl<'a> Table<'a> {
-    fn get(&self, name: &str) -> Option<&'a Node> {
+    fn get(&self, name: &str) -> Option<&'a Node<'a>> {
         self.fields
             .iter()
             .find(|(k, _)| *k == name)
@@ -105,12 +105,12 @@ impl Walk {
                 continue;
             };
             let shown = if key.len() <= 64 && key.bytes().all(|b| b.is_ascii_graphic()) {
-                key.clone()
+                key.to_string()
             } else {
                 Quoted(key).to_string()
             };
             let at = join(path, &shown);
-            if !known.contains(&key.as_str()) {
+            if !known.contains(&key.as_ref()) {
                 let hint = match did_you_mean(key, known) {
                     Some(near) => format!("did you mean \"{near}\"?"),
                     None => format!("the fields here are {}", known.join(", ")),
@@ -187,13 +187,13 @@ impl Walk {
                 })
             })
             .collect::<Option<Vec<_>>>()?;
-        Some(Limits {
-            revision: revision?,
-            categories: categories?.into_names(),
-            tiers: tiers?.into_names(),
+        Some(Limits::new(
+            revision?,
+            categories?.into_names(),
+            tiers?.into_names(),
             policies,
-            acknowledgements: acknowledgements?,
-        })
+            acknowledgements?,
+        ))
     }
 
     fn revision(&mut self, node: Option<&Node>) -> Option<u64> {

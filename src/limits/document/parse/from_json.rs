@@ -7,6 +7,7 @@
 //! pre-order walk.
 
 use core::fmt;
+use std::borrow::Cow;
 
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 
@@ -14,7 +15,7 @@ use super::{syntax, too_deep, LineIndex, Node, Pos, Value, MAX_DEPTH};
 use crate::engine::error::ConfigError;
 use crate::limits::document::Format;
 
-pub(super) fn parse(text: &str) -> Result<Node, ConfigError> {
+pub(super) fn parse(text: &str) -> Result<Node<'_>, ConfigError> {
     let lines = LineIndex::new(text);
     let starts = scan(text).map_err(|at| too_deep(lines.position(at)))?;
     let mut tree = serde_json::from_str::<Node>(text).map_err(|e| {
@@ -77,7 +78,7 @@ fn scan(text: &str) -> Result<Vec<usize>, usize> {
 }
 
 /// Gives `node` and its descendants, in pre-order, the next positions of `starts`.
-fn place(node: &mut Node, starts: &mut impl Iterator<Item = usize>, lines: &LineIndex<'_>) {
+fn place(node: &mut Node<'_>, starts: &mut impl Iterator<Item = usize>, lines: &LineIndex<'_>) {
     if let Some(offset) = starts.next() {
         node.at = lines.position(offset);
     }
@@ -98,54 +99,58 @@ fn place(node: &mut Node, starts: &mut impl Iterator<Item = usize>, lines: &Line
 }
 
 /// The tree without positions, as `serde_json` reads it; [`place`] adds them.
-impl<'de> Deserialize<'de> for Node {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Node, D::Error> {
+impl<'de> Deserialize<'de> for Node<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Node<'de>, D::Error> {
         deserializer.deserialize_any(NodeVisitor)
     }
 }
 
 struct NodeVisitor;
 
-fn node(value: Value) -> Node {
+fn node(value: Value<'_>) -> Node<'_> {
     Node::new(value, Pos::default())
 }
 
 impl<'de> Visitor<'de> for NodeVisitor {
-    type Value = Node;
+    type Value = Node<'de>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("any value")
     }
 
-    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Node, E> {
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Node<'de>, E> {
         Ok(node(Value::Bool(v)))
     }
 
-    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Node, E> {
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Node<'de>, E> {
         Ok(node(Value::Int(v.into())))
     }
 
-    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Node, E> {
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Node<'de>, E> {
         Ok(node(Value::Int(v.into())))
     }
 
-    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Node, E> {
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Node<'de>, E> {
         Ok(node(Value::Float(v)))
     }
 
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<Node, E> {
-        Ok(node(Value::Str(v.to_owned())))
+    fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Node<'de>, E> {
+        Ok(node(Value::Str(Cow::Borrowed(v))))
     }
 
-    fn visit_string<E: de::Error>(self, v: String) -> Result<Node, E> {
-        Ok(node(Value::Str(v)))
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Node<'de>, E> {
+        Ok(node(Value::Str(Cow::Owned(v.to_owned()))))
     }
 
-    fn visit_unit<E: de::Error>(self) -> Result<Node, E> {
+    fn visit_string<E: de::Error>(self, v: String) -> Result<Node<'de>, E> {
+        Ok(node(Value::Str(Cow::Owned(v))))
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Node<'de>, E> {
         Ok(node(Value::Null))
     }
 
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Node, A::Error> {
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Node<'de>, A::Error> {
         let mut items = Vec::new();
         while let Some(item) = seq.next_element()? {
             items.push(item);
@@ -153,7 +158,7 @@ impl<'de> Visitor<'de> for NodeVisitor {
         Ok(node(Value::List(items)))
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Node, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Node<'de>, A::Error> {
         let mut entries = Vec::new();
         while let Some(entry) = map.next_entry()? {
             entries.push(entry);

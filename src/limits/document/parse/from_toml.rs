@@ -9,7 +9,7 @@ use super::{syntax, too_deep, LineIndex, Node, Pos, Value, MAX_DEPTH};
 use crate::engine::error::ConfigError;
 use crate::limits::document::Format;
 
-pub(super) fn parse(text: &str) -> Result<Node, ConfigError> {
+pub(super) fn parse(text: &str) -> Result<Node<'_>, ConfigError> {
     let lines = LineIndex::new(text);
     let at = |span: Option<core::ops::Range<usize>>| {
         span.map_or_else(Pos::default, |s| lines.position(s.start))
@@ -31,23 +31,32 @@ struct Walk<'a, 'b> {
 }
 
 impl Walk<'_, '_> {
-    fn table(&self, table: DeTable<'_>, at: Pos, depth: usize) -> Result<Node, ConfigError> {
+    fn table<'t>(
+        &self,
+        table: DeTable<'t>,
+        at: Pos,
+        depth: usize,
+    ) -> Result<Node<'t>, ConfigError> {
         if depth > MAX_DEPTH {
             return Err(too_deep(at));
         }
         let mut entries = Vec::with_capacity(table.len());
         for (key, value) in table {
             let key_at = self.lines.position(key.span().start);
-            let key = Node::new(Value::Str(key.into_inner().into_owned()), key_at);
+            let key = Node::new(Value::Str(key.into_inner()), key_at);
             entries.push((key, self.value(value, depth + 1)?));
         }
         Ok(Node::new(Value::Map(entries), at))
     }
 
-    fn value(&self, value: Spanned<DeValue<'_>>, depth: usize) -> Result<Node, ConfigError> {
+    fn value<'t>(
+        &self,
+        value: Spanned<DeValue<'t>>,
+        depth: usize,
+    ) -> Result<Node<'t>, ConfigError> {
         let at = self.lines.position(value.span().start);
         let value = match value.into_inner() {
-            DeValue::String(s) => Value::Str(s.into_owned()),
+            DeValue::String(s) => Value::Str(s),
             DeValue::Integer(n) => match i128::from_str_radix(n.as_str(), n.radix()) {
                 Ok(n) => Value::Int(n),
                 Err(_) => return Err(syntax(Format::Toml, "integer number overflowed", at)),

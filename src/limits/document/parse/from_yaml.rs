@@ -16,6 +16,7 @@
 //! string); floats, `.inf` and `.nan`; anything else, and every quoted or block scalar, is a
 //! string. A tag other than the core schema's (`!Tag value`) makes the value unusable.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use saphyr_parser::{Event, Marker, Parser, ScalarStyle, ScanError, Tag};
@@ -27,7 +28,7 @@ use crate::limits::document::Format;
 /// What the copies of anchors and aliases may weigh beyond the document's length.
 const ALIAS_ALLOWANCE: usize = 64 << 10;
 
-pub(super) fn parse(text: &str) -> Result<Node, ConfigError> {
+pub(super) fn parse(text: &str) -> Result<Node<'_>, ConfigError> {
     let mut parser = Parser::new_from_str(text);
     let mut tree = Tree::new(text.len().saturating_add(ALIAS_ALLOWANCE));
     let mut documents = 0;
@@ -44,7 +45,7 @@ pub(super) fn parse(text: &str) -> Result<Node, ConfigError> {
                 }
             }
             Event::Scalar(text, style, anchor, tag) => {
-                let value = scalar(text.into_owned(), style, tag.as_deref());
+                let value = scalar(text, style, tag.as_deref());
                 tree.finish(Node::new(value, at), 0, anchor)?;
             }
             Event::SequenceStart(anchor, tag) => tree.open(false, anchor, tag.as_deref(), at)?,
@@ -74,34 +75,34 @@ fn scan_error(e: &ScanError) -> ConfigError {
 }
 
 /// A list or table being read.
-struct Open {
+struct Open<'a> {
     at: Pos,
     map: bool,
     anchor: usize,
     tagged: bool,
     /// The items, or the keys and values in turn.
-    items: Vec<Node>,
+    items: Vec<Node<'a>>,
     /// The greatest height of an item (a scalar is 0, a list or table 1 more than its items).
     height: usize,
 }
 
 /// An anchored node, ready to be copied by its aliases.
-struct Anchored {
-    node: Node,
+struct Anchored<'a> {
+    node: Node<'a>,
     height: usize,
     weight: usize,
 }
 
 /// The tree as the events build it.
-struct Tree {
-    open: Vec<Open>,
-    root: Option<Node>,
-    anchors: HashMap<usize, Anchored>,
+struct Tree<'a> {
+    open: Vec<Open<'a>>,
+    root: Option<Node<'a>>,
+    anchors: HashMap<usize, Anchored<'a>>,
     /// What copies may still weigh.
     budget: usize,
 }
 
-impl Tree {
+impl<'a> Tree<'a> {
     fn new(budget: usize) -> Self {
         Tree {
             open: Vec::new(),
@@ -153,7 +154,7 @@ impl Tree {
     }
 
     /// A node is complete: keep a copy for its anchor, then give it to the open collection.
-    fn finish(&mut self, node: Node, height: usize, anchor: usize) -> Result<(), ConfigError> {
+    fn finish(&mut self, node: Node<'a>, height: usize, anchor: usize) -> Result<(), ConfigError> {
         if anchor != 0 {
             let weight = weight(&node);
             self.spend(weight, node.at)?;
@@ -207,7 +208,7 @@ impl Tree {
 }
 
 /// What copying `node` costs: 1 per value plus the bytes of its strings.
-fn weight(node: &Node) -> usize {
+fn weight(node: &Node<'_>) -> usize {
     1 + match &node.value {
         Value::Str(s) => s.len(),
         Value::List(items) => items.iter().map(weight).sum(),
@@ -217,7 +218,7 @@ fn weight(node: &Node) -> usize {
 }
 
 /// A scalar's value: plain ones by the core schema, quoted and block ones as strings.
-fn scalar(text: String, style: ScalarStyle, tag: Option<&Tag>) -> Value {
+fn scalar<'a>(text: Cow<'a, str>, style: ScalarStyle, tag: Option<&Tag>) -> Value<'a> {
     match tag {
         Some(tag) if tag.is_yaml_core_schema() => match tag.suffix.as_str() {
             "str" => Value::Str(text),
@@ -231,8 +232,8 @@ fn scalar(text: String, style: ScalarStyle, tag: Option<&Tag>) -> Value {
 }
 
 /// A plain scalar by the YAML 1.2 core schema.
-pub(super) fn plain(text: String) -> Value {
-    match text.as_str() {
+pub(super) fn plain(text: Cow<'_, str>) -> Value<'_> {
+    match text.as_ref() {
         "" | "~" | "null" | "Null" | "NULL" => Value::Null,
         "true" | "True" | "TRUE" => Value::Bool(true),
         "false" | "False" | "FALSE" => Value::Bool(false),
@@ -287,8 +288,8 @@ fn leading_zero(s: &str) -> bool {
 mod tests {
     use super::*;
 
-    fn value(s: &str) -> Value {
-        plain(s.to_owned())
+    fn value(s: &str) -> Value<'_> {
+        plain(Cow::Borrowed(s))
     }
 
     #[test]

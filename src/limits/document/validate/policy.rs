@@ -137,7 +137,7 @@ impl Walk {
     fn burst(&mut self, node: &Node, written: Option<&str>, path: &str) -> Option<Quota> {
         let text = match &node.value {
             Value::Int(n) => n.to_string(),
-            Value::Str(s) => s.clone(),
+            Value::Str(s) => s.to_string(),
             _ => {
                 let hint = r#"write an integer, or a size such as "64MiB" for a byte budget"#;
                 self.wrong_type(path, "an integer or a size", node, hint);
@@ -214,7 +214,7 @@ impl Walk {
 }
 
 /// The name a policy would be labelled by: its `name`, if it is a valid name.
-fn raw_name(node: &Node) -> Option<&str> {
+fn raw_name<'a>(node: &'a Node<'_>) -> Option<&'a str> {
     let Value::Map(entries) = &node.value else {
         return None;
     };
@@ -222,7 +222,7 @@ fn raw_name(node: &Node) -> Option<&str> {
         .iter()
         .find_map(|(k, v)| match (&k.value, &v.value) {
             (Value::Str(k), Value::Str(v)) if k == "name" && check_name(v, "").is_ok() => {
-                Some(v.as_str())
+                Some(v.as_ref())
             }
             _ => None,
         })
@@ -254,15 +254,19 @@ mod tests {
     use super::*;
     use crate::limits::document::parse::Pos;
 
+    fn node(value: Value<'_>) -> Node<'_> {
+        Node::new(value, Pos::default())
+    }
+
+    fn named(name: &str) -> Node<'_> {
+        node(Value::Map(vec![(
+            node(Value::Str("name".into())),
+            node(Value::Str(name.into())),
+        )]))
+    }
+
     #[test]
     fn labels_come_from_valid_names_only() {
-        let node = |value: Value| Node::new(value, Pos::default());
-        let named = |name: &str| {
-            node(Value::Map(vec![(
-                node(Value::Str("name".into())),
-                node(Value::Str(name.into())),
-            )]))
-        };
         assert_eq!(raw_name(&named("a")), Some("a"));
         assert_eq!(raw_name(&named("a]")), None);
         assert_eq!(raw_name(&node(Value::List(vec![]))), None);
