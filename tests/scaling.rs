@@ -18,6 +18,8 @@ use tollgate::{
 
 /// Repetitions of each case; the fastest counts, which filters out scheduler noise.
 const REPS: usize = 7;
+/// Measurements of one case before a test gives up (see [`assert_near_linear`]).
+const ATTEMPTS: usize = 3;
 /// Near-linear: four times the input may cost at most this many times the time (linear is
 /// 4, n log n a little more; quadratic is 16).
 const MAX_RATIO: f64 = 6.0;
@@ -49,21 +51,36 @@ fn fastest<S, T, const N: usize>(
     best
 }
 
-/// Times the n case and the 4n case in the same test and asserts near-linear scaling.
+/// Times the n case and the 4n case in the same test and asserts near-linear scaling. A
+/// measurement that fails is taken again, up to [`ATTEMPTS`] in all: a quadratic cost fails
+/// every one (16×), while other builds sharing the machine only spoil some.
 fn assert_near_linear<S, T>(
     what: &str,
-    setup: impl FnMut(usize) -> S,
-    f: impl FnMut(&mut S) -> T,
+    mut setup: impl FnMut(usize) -> S,
+    mut f: impl FnMut(&mut S) -> T,
     n: usize,
 ) {
-    let [small, large] = fastest([n, 4 * n], setup, f);
-    let ratio = large.as_secs_f64() / small.as_secs_f64().max(1e-9);
-    eprintln!("{what}: n = {n}: {small:?}, 4n: {large:?}, ratio {ratio:.2}");
-    assert!(
-        ratio < MAX_RATIO,
-        "{what}: 4n took {ratio:.1}× the time of n ({large:?} vs {small:?}); near-linear is under {MAX_RATIO}×"
+    let mut seen = Vec::new();
+    for _ in 0..ATTEMPTS {
+        let [small, large] = fastest([n, 4 * n], &mut setup, &mut f);
+        let ratio = large.as_secs_f64() / small.as_secs_f64().max(1e-9);
+        eprintln!("{what}: n = {n}: {small:?}, 4n: {large:?}, ratio {ratio:.2}");
+        if ratio < MAX_RATIO {
+            return;
+        }
+        seen.push(format!("{ratio:.1}× ({large:?} vs {small:?})"));
+    }
+    panic!(
+        "{what}: 4n took {} the time of n; near-linear is under {MAX_RATIO}×",
+        seen.join(", then ")
     );
 }
+
+/// What every policy of a test document has besides its name, matcher and quota: priority
+/// classes and a retry budget, as production documents do (and so that even the n case's
+/// trees outgrow the processor's caches: both cases then run at the same memory speed).
+const EXTRA: &str = "classes = [{ class = 0, reserve = 0.0 }, { class = 2, reserve = 0.5 }]\n\
+                     retry_budget = { ratio = 0.1, period = \"10s\", floor = \"10/s\" }\n";
 
 /// A document of `n` policies named `{prefix}{i}` with quota `quota`, four declared tiers and
 /// categories, and matchers that are all different: a tier and a route prefix, a category
@@ -95,7 +112,7 @@ fn document_with_tiers(
             _ => format!("route = \"/r{i}/*\""),
         };
         text.push_str(&format!(
-            "\n[[policies]]\nname = \"{prefix}{i}\"\nmatch = {{ {matcher} }}\nquota = \"{quota}\"\n"
+            "\n[[policies]]\nname = \"{prefix}{i}\"\nmatch = {{ {matcher} }}\nquota = \"{quota}\"\n{EXTRA}"
         ));
     }
     if let Some(from) = acks {

@@ -18,7 +18,7 @@ use std::collections::{BTreeSet, HashMap};
 use serde::Serialize;
 
 use super::change::QuotaChange;
-use super::model::{Matcher, Policy};
+use super::model::Matcher;
 use super::Limits;
 
 /// Requests that another policy handles after the change: from `from` to `to` (`None`: no
@@ -131,37 +131,55 @@ type Probe = (usize, usize, usize);
 
 /// The traffic that moves from `old` to `new`, given the matchers not in both documents
 /// under the same name (`changed`).
-pub(super) fn moves(old: &Limits, new: &Limits, changed: &[&Matcher]) -> Vec<TrafficMove> {
+pub(super) fn moves<'a>(
+    old: &'a Limits,
+    new: &'a Limits,
+    changed: &[&Matcher],
+) -> Vec<TrafficMove> {
     if changed.is_empty() {
         return Vec::new();
     }
     let tiers = Axis::names(&old.tiers, &new.tiers);
     let cats = Axis::names(&old.categories, &new.categories);
     let routes = Axis::all_routes(old, new);
-    let mut probes: Vec<Probe> = Vec::new();
+    // The classes to look at, by route: each route's tiers and categories are few, so they
+    // are sorted and unrepeated in small pieces, and the classes come out in `by_route`
+    // order (route, then tier, then category).
+    let mut classes: Vec<Vec<(usize, usize)>> = vec![Vec::new(); routes.probes.len()];
     for m in changed {
         let ts = tiers.named(m.tier.as_deref());
         let cs = cats.named(m.category.as_deref());
-        let rs = routes.routes(m.route.as_deref());
-        for &t in &ts {
-            for &c in &cs {
-                probes.extend(rs.iter().map(|&r| (t, c, r)));
+        for r in routes.routes(m.route.as_deref()) {
+            let of_route = &mut classes[r];
+            for &t in &ts {
+                of_route.extend(cs.iter().map(|&c| (t, c)));
             }
         }
     }
-    probes.sort_unstable();
-    probes.dedup();
-    // each group's classes arrive in order, so every set is sorted
-    let mut groups: HashMap<(Option<&str>, Option<&str>), Vec<Probe>> = HashMap::new();
-    for probe @ (t, c, r) in probes {
-        let (t, c, r) = (&tiers.probes[t], &cats.probes[c], &routes.probes[r]);
-        let from = old.resolve(t, c, r).map(Policy::name);
-        let to = new.resolve(t, c, r).map(Policy::name);
-        if from != to {
-            groups.entry((from, to)).or_default().push(probe);
+    // grouped by the positions of the policies they move from and to
+    let mut groups: HashMap<(Option<usize>, Option<usize>), Vec<Probe>> = HashMap::new();
+    for (r, of_route) in classes.iter_mut().enumerate() {
+        of_route.sort_unstable();
+        of_route.dedup();
+        let route = &routes.probes[r];
+        for &(t, c) in of_route.iter() {
+            let (tier, cat) = (&tiers.probes[t], &cats.probes[c]);
+            let from = old.resolve_position(tier, cat, route);
+            let to = new.resolve_position(tier, cat, route);
+            let (a, b) = (
+                from.map(|i| old.policies[i].name()),
+                to.map(|j| new.policies[j].name()),
+            );
+            if a != b {
+                groups.entry((from, to)).or_default().push((t, c, r));
+            }
         }
     }
-    let mut groups: Vec<_> = groups.into_iter().collect();
+    let name = |l: &'a Limits, i: Option<usize>| i.map(|i| l.policies[i].name());
+    let mut groups: Vec<_> = groups
+        .into_iter()
+        .map(|((from, to), set)| ((name(old, from), name(new, to)), set))
+        .collect();
     groups.sort_unstable_by_key(|(key, _)| *key);
     groups
         .into_iter()
@@ -207,7 +225,7 @@ fn generalisations((t, c, r): Probe) -> [Cube; 8] {
 /// Describes a set of request classes compactly: greedily, the most general sets of classes
 /// (`category=checkout`, then `tier=paid category=checkout`, …) that lie wholly inside it
 /// and add something not yet described.
-/// `set` is sorted and without repeats.
+/// `set` is without repeats and sorted by route, then tier, then category.
 fn describe(set: &[Probe], tiers: &Axis, cats: &Axis, routes: &Axis) -> Vec<String> {
     let sizes = (tiers.probes.len(), cats.probes.len(), routes.probes.len());
     let mut cubes: Vec<(usize, Cube)> = set
@@ -217,7 +235,10 @@ fn describe(set: &[Probe], tiers: &Axis, cats: &Axis, routes: &Axis) -> Vec<Stri
         .collect();
     cubes.sort_unstable();
     cubes.dedup();
-    let at = |p: Probe| set.binary_search(&p).ok();
+    let at = |(t, c, r): Probe| {
+        set.binary_search_by_key(&(r, t, c), |&(t, c, r)| (r, t, c))
+            .ok()
+    };
     let mut covered = vec![false; set.len()];
     let mut left = set.len();
     let mut out = Vec::new();
