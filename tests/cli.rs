@@ -194,8 +194,11 @@ fn check_json_has_the_documented_shape() {
     assert_eq!(error["path"], "policies[paid-checkout].quota");
     assert_eq!(error["hint"], r#"write "10/s" or "10/min""#);
     assert_eq!(error["kind"], "quota.missing_unit");
-    assert_eq!(error["line"], Value::Null);
-    assert_eq!(error["column"], Value::Null);
+    // where the value is: `quota = "10"` on line 10, the value at column 9
+    assert_eq!(
+        (&error["line"], &error["column"]),
+        (&Value::from(10), &Value::from(9))
+    );
 
     let ok = tollgate(&["check", "--format", "json", VALID]);
     assert_eq!(ok.code, Some(0));

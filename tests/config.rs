@@ -35,7 +35,12 @@ fn only(result: Result<Limits, ConfigErrors>, kind: Kind, line: &str) -> ConfigE
     assert_eq!(err.kind(), kind, "{err}");
     assert_eq!(err.to_string(), line);
     if err.path().is_empty() {
-        assert_eq!(err.message(), line);
+        let at = format!(
+            "line {}, column {}: ",
+            err.line().unwrap(),
+            err.column().unwrap()
+        );
+        assert_eq!(format!("{at}{}", err.message()), line);
     } else {
         assert_eq!(format!("{}: {}", err.path(), err.message()), line);
     }
@@ -433,11 +438,12 @@ fn missing_schema_and_revision_and_bad_values() {
         r#"{"schema":1,"revision":18446744073709551615,"policies":[]}"#,
     ));
     assert_eq!(errs[0].message(), "revision too large; a revision is an integer from 0 to 9223372036854775807 (the largest TOML holds)");
-    only(
+    let err = only(
         Limits::from_json("[1, 2]"),
         Kind::WrongType,
-        "expected a table, found a list; a table with the fields schema, revision, categories, tiers, policies, acknowledge",
+        "line 1, column 1: expected a table, found a list; a table with the fields schema, revision, categories, tiers, policies, acknowledge",
     );
+    assert_eq!(err.path(), "");
 }
 
 #[test]
@@ -497,6 +503,129 @@ fn syntax_errors_have_line_and_column() {
     for e in toml.iter().chain(&yaml).chain(&json) {
         assert!(!e.to_string().contains('\n'));
     }
+}
+
+/// Where an error is: its path, line and column.
+type Place = (String, usize, usize);
+
+/// Every error of `text` as a [`Place`], and the places that `marks` say: each mark is a
+/// path, a line and the text that starts the value (or key) on that line.
+fn positions(
+    result: Result<Limits, ConfigErrors>,
+    text: &str,
+    marks: &[(&str, usize, &str)],
+) -> (Vec<Place>, Vec<Place>) {
+    let got = errors(result)
+        .iter()
+        .map(|e| {
+            (
+                e.path().to_owned(),
+                e.line().unwrap_or(0),
+                e.column().unwrap_or(0),
+            )
+        })
+        .collect();
+    let lines: Vec<&str> = text.lines().collect();
+    let want = marks
+        .iter()
+        .map(|&(path, line, start)| {
+            let column = lines[line - 1]
+                .find(start)
+                .unwrap_or_else(|| panic!("{start}"))
+                + 1;
+            (path.to_owned(), line, column)
+        })
+        .collect();
+    (got, want)
+}
+
+#[test]
+fn validation_errors_carry_the_line_and_column_of_the_value_in_every_format() {
+    let toml = r#"schema = 1
+revision = 1
+tiers = ["free"]
+
+[[policies]]
+name = "twin"
+match = { tier = "gold" }
+quota = "10"
+colour = "red"
+
+[[policies]]
+name = "twin"
+match = { route = "/x" }
+
+[[policies]]
+name = "b"
+match = { route = "/x" }
+quota = "10/s"
+"#;
+    let (got, want) = positions(
+        Limits::from_toml(toml),
+        toml,
+        &[
+            ("policies[0].colour", 9, "colour"),
+            ("policies[0].match.tier", 7, "\"gold\""),
+            ("policies[0].quota", 8, "\"10\""),
+            ("policies[1].quota", 11, "[[policies]]"), // missing: where the table starts
+            ("policies[1].name", 12, "\"twin\""),
+            ("policies[b].match", 17, "{"),
+        ],
+    );
+    assert_eq!(got, want);
+
+    let yaml = "schema: 1
+revision: 1
+tiers: [free]
+policies:
+  - name: twin
+    match: { tier: gold }
+    quota: 10
+    colour: red
+  - name: twin
+    match: { route: /x }
+  - name: b
+    match: { route: /x }
+    quota: 10/s
+";
+    let (got, want) = positions(
+        Limits::from_yaml(yaml),
+        yaml,
+        &[
+            ("policies[0].colour", 8, "colour"),
+            ("policies[0].match.tier", 6, "gold"),
+            ("policies[0].quota", 7, "10"),
+            ("policies[1].quota", 9, "name"), // missing: where the table starts
+            ("policies[1].name", 9, "twin"),
+            ("policies[b].match", 12, "{"),
+        ],
+    );
+    assert_eq!(got, want);
+
+    let json = r#"{
+  "schema": 1,
+  "revision": 1,
+  "tiers": ["free"],
+  "policies": [
+    {"name": "twin", "match": {"tier": "gold"}, "quota": 10, "colour": "red"},
+    {"name": "twin", "match": {"route": "/x"}},
+    {"name": "b", "match": {"route": "/x"}, "quota": "10/s"}
+  ]
+}
+"#;
+    let (got, want) = positions(
+        Limits::from_json(json),
+        json,
+        &[
+            ("policies[0].colour", 6, "\"colour\""),
+            ("policies[0].match.tier", 6, "\"gold\""),
+            ("policies[0].quota", 6, "10,"),
+            ("policies[1].quota", 7, "{"), // missing: where the table starts
+            ("policies[1].name", 7, "\"twin\""),
+            ("policies[b].match", 8, "{\"route"),
+        ],
+    );
+    assert_eq!(got, want);
 }
 
 #[test]

@@ -46,6 +46,7 @@ mod model;
 mod moves;
 mod names;
 mod parse;
+mod path;
 mod validate;
 
 pub use change::{Direction, QuotaChange};

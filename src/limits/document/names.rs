@@ -3,46 +3,43 @@
 //! document with thousands of unknown names stays linear (issue 9: 4,000 undeclared tiers
 //! took 5.4 s when each was compared with every declared one).
 
+use std::cell::OnceCell;
+
 /// Above this many names, [`NameIndex::suggest`] compares a word with its neighbours only.
 const EXHAUSTIVE: usize = 64;
 /// The neighbours taken on each side of a word, in each of the two orders.
 const NEIGHBOURS: usize = 8;
 
-/// A list of names in document order, sorted twice for lookups and suggestions.
+/// A list of names in document order, sorted for lookups (and, once a suggestion is asked
+/// for, sorted backwards too).
 #[derive(Clone, Debug, Default)]
-pub(super) struct NameIndex {
-    names: Vec<String>,
+pub(super) struct NameIndex<S> {
+    names: Vec<S>,
     /// Indexes into `names`, sorted by name.
     forward: Vec<usize>,
-    /// Each name reversed, with its index, sorted.
-    backward: Vec<(String, usize)>,
+    /// Each name reversed, with its index, sorted; made on the first suggestion.
+    backward: OnceCell<Vec<(String, usize)>>,
 }
 
-impl NameIndex {
-    pub(super) fn new(names: Vec<String>) -> Self {
+impl<S: AsRef<str>> NameIndex<S> {
+    pub(super) fn new(names: Vec<S>) -> Self {
         let mut forward: Vec<usize> = (0..names.len()).collect();
-        forward.sort_by(|&a, &b| names[a].cmp(&names[b]));
-        let mut backward: Vec<(String, usize)> = names
-            .iter()
-            .enumerate()
-            .map(|(i, name)| (name.chars().rev().collect(), i))
-            .collect();
-        backward.sort();
+        forward.sort_unstable_by(|&a, &b| names[a].as_ref().cmp(names[b].as_ref()).then(a.cmp(&b)));
         NameIndex {
             names,
             forward,
-            backward,
+            backward: OnceCell::new(),
         }
     }
 
     /// The names, in document order.
-    pub(super) fn into_names(self) -> Vec<String> {
+    pub(super) fn into_names(self) -> Vec<S> {
         self.names
     }
 
     pub(super) fn contains(&self, name: &str) -> bool {
         self.forward
-            .binary_search_by(|&i| self.names[i].as_str().cmp(name))
+            .binary_search_by(|&i| self.names[i].as_ref().cmp(name))
             .is_ok()
     }
 
@@ -53,20 +50,30 @@ impl NameIndex {
     /// names share that start or end.
     pub(super) fn suggest(&self, word: &str) -> Option<&str> {
         if self.names.len() <= EXHAUSTIVE {
-            let all: Vec<&str> = self.names.iter().map(String::as_str).collect();
+            let all: Vec<&str> = self.names.iter().map(AsRef::as_ref).collect();
             return did_you_mean(word, &all);
         }
         let at = self
             .forward
-            .partition_point(|&i| self.names[i].as_str() < word);
+            .partition_point(|&i| self.names[i].as_ref() < word);
         let mut near: Vec<usize> = neighbours(&self.forward, at).copied().collect();
+        let backward = self.backward.get_or_init(|| {
+            let mut backward: Vec<(String, usize)> = self
+                .names
+                .iter()
+                .enumerate()
+                .map(|(i, name)| (name.as_ref().chars().rev().collect(), i))
+                .collect();
+            backward.sort_unstable();
+            backward
+        });
         let reversed: String = word.chars().rev().collect();
-        let at = self.backward.partition_point(|(name, _)| *name < reversed);
-        near.extend(neighbours(&self.backward, at).map(|(_, i)| *i));
+        let at = backward.partition_point(|(name, _)| *name < reversed);
+        near.extend(neighbours(backward, at).map(|(_, i)| *i));
         // in document order, so that of two equally close names the first declared wins
         near.sort_unstable();
         near.dedup();
-        let candidates: Vec<&str> = near.iter().map(|&i| self.names[i].as_str()).collect();
+        let candidates: Vec<&str> = near.iter().map(|&i| self.names[i].as_ref()).collect();
         did_you_mean(word, &candidates)
     }
 }
@@ -151,7 +158,7 @@ mod tests {
 
     #[test]
     fn few_names_are_all_compared() {
-        let names = vec!["paid-checkout".to_owned(), "free".to_owned()];
+        let names = vec!["paid-checkout", "free"];
         let index = NameIndex::new(names);
         assert_eq!(index.suggest("paid-chekout"), Some("paid-checkout"));
         assert_eq!(index.into_names(), ["paid-checkout", "free"]);

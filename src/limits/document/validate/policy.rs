@@ -3,20 +3,22 @@
 
 use std::collections::HashMap;
 
-use super::{join, Declared, Draft, Walk};
+use super::{Declared, Draft, Walk};
 use crate::engine::error::QuotaErrorKind;
 use crate::engine::error::{ConfigError, ConfigErrorKind as Kind, Quoted};
 use crate::engine::quota::Quota;
 use crate::limits::document::fields::{
-    check_name, check_route, parse_quota, quota_error, MATCH_FIELDS, POLICY_FIELDS,
+    check_name, check_route, is_name, parse_quota, quota_error, MATCH_FIELDS, POLICY_FIELDS,
 };
 use crate::limits::document::model::Matcher;
 use crate::limits::document::parse::{Node, Value};
+use crate::limits::document::path::Path;
 
 impl Walk {
     pub(super) fn policies(
         &mut self,
-        items: &[Node],
+        items: &[Node<'_>],
+        list: &Path<'_>,
         tiers: &Declared,
         categories: &Declared,
     ) -> Vec<Draft> {
@@ -26,12 +28,12 @@ impl Walk {
             *count.entry(name).or_default() += 1;
         }
         // a policy is named in paths when its name identifies it, else by 0-based index
-        let labels: Vec<String> = raw
+        let labels: Vec<Path<'_>> = raw
             .iter()
             .enumerate()
             .map(|(i, name)| match name {
-                Some(name) if count[name] == 1 => format!("policies[{name}]"),
-                _ => format!("policies[{i}]"),
+                Some(name) if count[name] == 1 => list.named(name),
+                _ => list.item(i),
             })
             .collect();
         let drafts: Vec<Draft> = items
@@ -39,15 +41,16 @@ impl Walk {
             .zip(&labels)
             .map(|(item, label)| self.policy(item, label, tiers, categories))
             .collect();
-        let mut first_name: HashMap<&str, &str> = HashMap::new();
-        let mut first_match: HashMap<&Matcher, &str> = HashMap::new();
+        let mut first_name: HashMap<&str, &Path<'_>> = HashMap::new();
+        let mut first_match: HashMap<&Matcher, &Path<'_>> = HashMap::new();
         for (draft, label) in drafts.iter().zip(&labels) {
             if let Some(name) = draft.name.as_deref() {
                 if let Some(first) = first_name.insert(name, label) {
                     first_name.insert(name, first);
                     let what = format!("duplicate name {}: {first} has it too", Quoted(name));
                     let hint = "give each policy a unique name";
-                    self.error(Kind::DuplicateName, &join(label, "name"), what, hint);
+                    let path = label.field("name");
+                    self.error(Kind::DuplicateName, &path, draft.name_at, what, hint);
                 }
             }
             if let Some(matcher) = &draft.matcher {
@@ -55,17 +58,25 @@ impl Walk {
                     first_match.insert(matcher, first);
                     let what = format!("matches exactly the same requests as {first}");
                     let hint = "merge the two policies, or make one match more specific";
-                    let path = join(label, "match");
-                    self.error(Kind::OverlappingMatchers, &path, what, hint);
+                    let (path, at) = (label.field("match"), draft.match_at);
+                    self.error(Kind::OverlappingMatchers, &path, at, what, hint);
                 }
             }
         }
         drafts
     }
 
-    fn policy(&mut self, node: &Node, path: &str, tiers: &Declared, cats: &Declared) -> Draft {
+    fn policy(
+        &mut self,
+        node: &Node<'_>,
+        path: &Path<'_>,
+        tiers: &Declared,
+        cats: &Declared,
+    ) -> Draft {
         let mut draft = Draft {
             name: None,
+            name_at: node.at,
+            match_at: node.at,
             matcher: None,
             quota: None,
             shadow: false,
@@ -75,32 +86,39 @@ impl Walk {
         let Some(table) = self.table(node, path, POLICY_FIELDS) else {
             return draft;
         };
-        let name_path = join(path, "name");
+        let name_path = path.field("name");
         match table.get("name") {
-            None => self.missing(&name_path, "add `name`, unique in the document"),
+            None => self.missing(&name_path, table.at, "add `name`, unique in the document"),
             Some(node) => {
+                draft.name_at = node.at;
                 if let Some(name) = self.string(node, &name_path, "write the name as a string") {
                     match check_name(name, &name_path) {
                         Ok(()) => draft.name = Some(name.to_owned()),
-                        Err(e) => self.errors.push(e),
+                        Err(e) => self.push(e, node.at),
                     }
                 }
             }
         }
-        let match_path = join(path, "match");
+        let match_path = path.field("match");
         match table.get("match") {
-            None => self.missing(
-                &match_path,
-                "add `match` with a tier, a category or a route",
-            ),
-            Some(node) => draft.matcher = self.matcher(node, &match_path, tiers, cats),
+            None => {
+                let hint = "add `match` with a tier, a category or a route";
+                self.missing(&match_path, table.at, hint);
+            }
+            Some(node) => {
+                draft.match_at = node.at;
+                draft.matcher = self.matcher(node, &match_path, tiers, cats);
+            }
         }
-        let quota_path = join(path, "quota");
+        let quota_path = path.field("quota");
         match table.get("quota") {
-            None => self.missing(&quota_path, r#"add a quota with its unit, such as "100/s""#),
+            None => {
+                let hint = r#"add a quota with its unit, such as "100/s""#;
+                self.missing(&quota_path, table.at, hint);
+            }
             Some(node) => match parse_quota(node, &quota_path) {
                 Ok(quota) => draft.quota = Some(quota),
-                Err(e) => self.errors.push(e),
+                Err(e) => self.push(e, node.at),
             },
         }
         if let Some(burst) = table.get("burst") {
@@ -108,7 +126,7 @@ impl Walk {
                 .get("quota")
                 .and_then(Node::as_str)
                 .filter(|_| draft.quota.is_some());
-            draft.quota = self.burst(burst, written, &join(path, "burst"));
+            draft.quota = self.burst(burst, written, &path.field("burst"));
         }
         match table.get("shadow") {
             None => {}
@@ -118,23 +136,24 @@ impl Walk {
             }) => draft.shadow = *b,
             Some(other) => {
                 let hint = "write `shadow = true` or `shadow = false`";
-                self.wrong_type(&join(path, "shadow"), "a boolean", other, hint);
+                self.wrong_type(&path.field("shadow"), "a boolean", other, hint);
             }
         }
         if let Some(node) = table.get("classes") {
-            draft.classes = self.classes(node, &join(path, "classes"));
+            let classes_path = path.field("classes");
+            draft.classes = self.classes(node, &classes_path);
             if let (Some(quota), Some(classes)) = (draft.quota, &draft.classes) {
-                self.class_capacity(quota, classes, path);
+                self.class_capacity(quota, classes, &classes_path, node.at);
             }
         }
         if let Some(node) = table.get("retry_budget") {
-            draft.retry_budget = self.retry_budget(node, &join(path, "retry_budget"));
+            draft.retry_budget = self.retry_budget(node, &path.field("retry_budget"));
         }
         draft
     }
 
     /// Applies `burst` to the quota string `written` (`None` when the quota had an error).
-    fn burst(&mut self, node: &Node, written: Option<&str>, path: &str) -> Option<Quota> {
+    fn burst(&mut self, node: &Node<'_>, written: Option<&str>, path: &Path<'_>) -> Option<Quota> {
         let text = match &node.value {
             Value::Int(n) => n.to_string(),
             Value::Str(s) => s.to_string(),
@@ -151,14 +170,14 @@ impl Walk {
                 Quoted(written)
             );
             let kind = Kind::Quota(QuotaErrorKind::DuplicateBurst);
-            self.error(kind, path, what, "remove one of them");
+            self.error(kind, path, node.at, what, "remove one of them");
             return None;
         }
         let combined = format!("{written};burst={text}");
         match combined.parse() {
             Ok(quota) => Some(quota),
             Err(e) => {
-                self.errors.push(quota_error(path, &combined, &e));
+                self.push(quota_error(path, &combined, &e), node.at);
                 None
             }
         }
@@ -166,8 +185,8 @@ impl Walk {
 
     fn matcher(
         &mut self,
-        node: &Node,
-        path: &str,
+        node: &Node<'_>,
+        path: &Path<'_>,
         tiers: &Declared,
         cats: &Declared,
     ) -> Option<Matcher> {
@@ -175,7 +194,7 @@ impl Walk {
         let mut ok = true;
         let mut field = |walk: &mut Walk, key: &str, declared: Option<(&Declared, &str)>| {
             let node = table.get(key)?;
-            let at = join(path, key);
+            let at = path.field(key);
             let hint = "write it as a string; leave the field out to match any";
             let Some(value) = walk.string(node, &at, hint) else {
                 ok = false;
@@ -190,7 +209,7 @@ impl Walk {
             match checked {
                 Ok(()) => Some(value.to_owned()),
                 Err(e) => {
-                    walk.errors.push(e);
+                    walk.push(e, node.at);
                     ok = false;
                     None
                 }
@@ -206,7 +225,7 @@ impl Walk {
         }
         if matcher.is_empty() {
             let hint = r#"match at least one of tier, category and route (route "/*" matches every route)"#;
-            self.error(Kind::EmptyMatcher, path, "empty matcher", hint);
+            self.error(Kind::EmptyMatcher, path, node.at, "empty matcher", hint);
             return None;
         }
         Some(matcher)
@@ -221,9 +240,7 @@ fn raw_name<'a>(node: &'a Node<'_>) -> Option<&'a str> {
     entries
         .iter()
         .find_map(|(k, v)| match (&k.value, &v.value) {
-            (Value::Str(k), Value::Str(v)) if k == "name" && check_name(v, "").is_ok() => {
-                Some(v.as_ref())
-            }
+            (Value::Str(k), Value::Str(v)) if k == "name" && is_name(v) => Some(v.as_ref()),
             _ => None,
         })
 }
@@ -232,7 +249,7 @@ fn check_declared(
     value: &str,
     declared: &Declared,
     list: &str,
-    path: &str,
+    path: &Path<'_>,
 ) -> Result<(), ConfigError> {
     let Some(declared) = declared else {
         return Ok(());
@@ -246,7 +263,12 @@ fn check_declared(
     };
     let singular = if list == "tiers" { "tier" } else { "category" };
     let what = format!("undeclared {singular} {}", Quoted(value));
-    Err(ConfigError::new(Kind::Undeclared, path, what, Some(hint)))
+    Err(ConfigError::new(
+        Kind::Undeclared,
+        path.to_string(),
+        what,
+        Some(hint),
+    ))
 }
 
 #[cfg(test)]
