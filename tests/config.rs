@@ -357,15 +357,32 @@ fn bursts() {
         Kind::Quota(QuotaErrorKind::DuplicateBurst),
         r#"policies[a].burst: burst given twice: in the quota "100/s;burst=5" and in `burst`; remove one of them"#,
     );
+    // The burst is read as written, on its own: the error quotes what the document says,
+    // never a quota string it does not contain.
     only(
         with("1MB/s", "64"),
         Kind::Quota(QuotaErrorKind::MissingUnit),
-        r#"policies[a].burst: missing unit on the burst of a byte budget in "1MB/s;burst=64": write "64B""#,
+        r#"policies[a].burst: missing unit on the burst of a byte budget in "64": write "64B""#,
+    );
+    let zero =
+        r#"policies[a].burst: burst is zero in "0" at byte 0; counts and bursts are at least 1"#;
+    only(with("1/s", "0"), Kind::Quota(QuotaErrorKind::Zero), zero);
+    let yaml = "schema: 1\nrevision: 1\npolicies:\n  - name: a\n    match: { route: /a }\n    quota: 10/s\n    burst: 0\n";
+    let json = r#"{"schema": 1, "revision": 1, "policies": [{"name": "a", "match": {"route": "/a"}, "quota": "10/s", "burst": 0}]}"#;
+    only(
+        Limits::from_yaml(yaml),
+        Kind::Quota(QuotaErrorKind::Zero),
+        zero,
     );
     only(
-        with("1/s", "0"),
+        Limits::from_json(json),
         Kind::Quota(QuotaErrorKind::Zero),
-        r#"policies[a].burst: burst is zero in "1/s;burst=0" at byte 10; counts and bursts are at least 1"#,
+        zero,
+    );
+    only(
+        with("100/s", "\"10kB\""),
+        Kind::Quota(QuotaErrorKind::UnexpectedUnit),
+        r#"policies[a].burst: unexpected unit "kB" on the burst of a request quota in "10kB": write "10""#,
     );
     only(
         with("1/s", "1.5"),

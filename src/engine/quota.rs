@@ -281,6 +281,20 @@ impl Quota {
     pub(crate) fn params(&self) -> Params {
         self.params
     }
+
+    /// This rate with the burst written on its own as `text` (`"250"`, or `"64MiB"` for a
+    /// byte budget), as `;burst=` takes it; errors quote `text` alone.
+    #[cfg(feature = "config")]
+    pub(crate) fn with_burst_text(self, text: &str) -> Result<Quota, QuotaError> {
+        let burst = parse::parse_burst(text, self.work)?;
+        let parsed = parse::Parsed {
+            count: self.count,
+            work: self.work,
+            time: self.time,
+            burst: Some(burst),
+        };
+        parsed.build(text)
+    }
 }
 
 impl FromStr for Quota {

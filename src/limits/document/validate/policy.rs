@@ -122,11 +122,9 @@ impl Walk {
             },
         }
         if let Some(burst) = table.get("burst") {
-            let written = table
-                .get("quota")
-                .and_then(Node::as_str)
-                .filter(|_| draft.quota.is_some());
-            draft.quota = self.burst(burst, written, &path.field("burst"));
+            let written = table.get("quota").and_then(Node::as_str);
+            let quota = draft.quota.zip(written);
+            draft.quota = self.burst(burst, quota, &path.field("burst"));
         }
         match table.get("shadow") {
             None => {}
@@ -152,8 +150,14 @@ impl Walk {
         draft
     }
 
-    /// Applies `burst` to the quota string `written` (`None` when the quota had an error).
-    fn burst(&mut self, node: &Node<'_>, written: Option<&str>, path: &Path<'_>) -> Option<Quota> {
+    /// Applies `burst` to `quota`, written as `written` (`None` when the quota had an error).
+    /// The burst is read on its own, so that an error quotes what the document says.
+    fn burst(
+        &mut self,
+        node: &Node<'_>,
+        quota: Option<(Quota, &str)>,
+        path: &Path<'_>,
+    ) -> Option<Quota> {
         let text = match &node.value {
             Value::Int(n) => n.to_string(),
             Value::Str(s) => s.to_string(),
@@ -163,7 +167,7 @@ impl Walk {
                 return None;
             }
         };
-        let written = written?;
+        let (quota, written) = quota?;
         if written.contains(';') {
             let what = format!(
                 "burst given twice: in the quota {} and in `burst`",
@@ -173,11 +177,10 @@ impl Walk {
             self.error(kind, path, node.at, what, "remove one of them");
             return None;
         }
-        let combined = format!("{written};burst={text}");
-        match combined.parse() {
+        match quota.with_burst_text(&text) {
             Ok(quota) => Some(quota),
             Err(e) => {
-                self.push(quota_error(path, &combined, &e), node.at);
+                self.push(quota_error(path, &text, &e), node.at);
                 None
             }
         }
