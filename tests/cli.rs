@@ -361,6 +361,34 @@ fn diff_writes_the_acknowledgement_in_the_new_document_s_format() {
 }
 
 #[test]
+fn diff_writes_byte_bursts_as_the_document_does() {
+    let dir = TempDir::new();
+    let doc = |quota: &str, burst: &str, revision: u64| {
+        format!(
+            "schema = 1\nrevision = {revision}\n[[policies]]\nname = \"link\"\n\
+             match = {{ route = \"/replicate/*\" }}\nquota = \"{quota}\"\nburst = \"{burst}\"\n"
+        )
+    };
+    let old = dir.write("old.toml", &doc("8Gbit/s", "256MiB", 1));
+    let new = dir.write("new.toml", &doc("2Gbit/s", "16MiB", 2));
+    let run = tollgate(&[Path::new("diff"), &old, &new]);
+    assert_eq!(run.code, Some(1), "{run:?}");
+    assert_contains(
+        &run.stdout,
+        "changed  link                 quota 8Gbit/s;burst=256MiB → 2Gbit/s;burst=16MiB: 16× tighter",
+    );
+    let entry = "[[acknowledge]]\npolicy = \"link\"\nfrom = \"8Gbit/s;burst=256MiB\"\nto = \"2Gbit/s;burst=16MiB\"\n";
+    assert_contains(&run.stdout, entry);
+    // the entry, pasted, is accepted
+    let acked = dir.write(
+        "acked.toml",
+        &format!("{}{entry}", doc("2Gbit/s", "16MiB", 2)),
+    );
+    let run = tollgate(&[Path::new("diff"), &old, &acked]);
+    assert_eq!(run.code, Some(0), "{run:?}");
+}
+
+#[test]
 fn diff_json_has_the_documented_shape() {
     let run = tollgate(&["diff", "--format", "json", VALID, TIGHTENED]);
     assert_eq!(run.code, Some(1), "{run:?}");
