@@ -420,4 +420,19 @@ fn a_document_beyond_the_size_limit_is_refused_before_parsing() {
             )
         );
     }
+    // A file is not read whole either; one at the limit is read and parsed.
+    let dir = std::env::temp_dir().join(format!("tollgate-scaling-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+    let (big, edge) = (dir.join("big.toml"), dir.join("edge.toml"));
+    let write = |path: &std::path::Path, text: &str| {
+        std::fs::write(path, text).unwrap_or_else(|e| panic!("{e}"));
+    };
+    write(&big, &format!("{filler}\n"));
+    let errors = Limits::from_path(&big).expect_err("too large");
+    assert_eq!(errors[0].kind(), Kind::TooLarge, "{errors}");
+    let header = "schema = 1\nrevision = 1\npolicies = []\n";
+    write(&edge, &format!("{header}{}", &filler[header.len()..]));
+    let limits = Limits::from_path(&edge).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(limits.revision(), 1);
+    std::fs::remove_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
 }

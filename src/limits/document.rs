@@ -29,6 +29,7 @@
 //! (`policies[paid-checkout].quota: missing unit in "10": write "10/s" or "10/min"`).
 
 use core::fmt;
+use std::io::Read;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -272,11 +273,13 @@ impl Limits {
     }
 
     /// Reads and loads a file, in the format its extension says (see [`Format::from_path`]).
+    /// At most [`MAX_DOCUMENT_BYTES`] and one more are read: a longer file is refused without
+    /// being read whole.
     ///
     /// # Errors
     ///
-    /// [`ConfigErrorKind::UnknownFormat`] or [`ConfigErrorKind::Io`], or the document's
-    /// errors.
+    /// [`ConfigErrorKind::UnknownFormat`], [`ConfigErrorKind::Io`] (also for a file that is
+    /// not UTF-8) or [`ConfigErrorKind::TooLarge`], or the document's errors.
     ///
     /// ```no_run
     /// let limits = tollgate::Limits::from_path("examples/limits/valid.toml")?;
@@ -291,10 +294,20 @@ impl Limits {
             let err = ConfigError::new(ConfigErrorKind::UnknownFormat, "", what, Some(hint));
             return Err(ConfigErrors::one(err));
         };
-        let text = std::fs::read_to_string(path).map_err(|e| {
+        let cannot_read = |e: &dyn core::fmt::Display| {
             let what = format!("cannot read {}: {e}", Quoted(&shown));
             ConfigErrors::one(ConfigError::new(ConfigErrorKind::Io, "", what, None))
-        })?;
+        };
+        let mut bytes = Vec::new();
+        let limit = MAX_DOCUMENT_BYTES as u64 + 1;
+        std::fs::File::open(path)
+            .and_then(|file| file.take(limit).read_to_end(&mut bytes))
+            .map_err(|e| cannot_read(&e))?;
+        if bytes.len() > MAX_DOCUMENT_BYTES {
+            let size = std::fs::metadata(path).map_or(limit, |m| m.len());
+            return Err(ConfigErrors::one(parse::too_large(size)));
+        }
+        let text = String::from_utf8(bytes).map_err(|e| cannot_read(&e))?;
         Limits::parse(&text, format)
     }
 

@@ -112,18 +112,22 @@ pub(super) enum Value<'a> {
 /// Parses `text` in `format` into a tree.
 pub(super) fn parse(text: &str, format: Format) -> Result<Node<'_>, ConfigError> {
     if text.len() > MAX_DOCUMENT_BYTES {
-        let what = format!(
-            "document of {} bytes is larger than the limit of {} MiB",
-            text.len(),
-            MAX_DOCUMENT_BYTES >> 20
-        );
-        return Err(ConfigError::new(ConfigErrorKind::TooLarge, "", what, None));
+        return Err(too_large(text.len() as u64));
     }
     match format {
         Format::Toml => from_toml::parse(text),
         Format::Yaml => from_yaml::parse(text),
         Format::Json => from_json::parse(text),
     }
+}
+
+/// The error for a document of `bytes` bytes, more than [`MAX_DOCUMENT_BYTES`].
+pub(super) fn too_large(bytes: u64) -> ConfigError {
+    let what = format!(
+        "document of {bytes} bytes is larger than the limit of {} MiB",
+        MAX_DOCUMENT_BYTES >> 20
+    );
+    ConfigError::new(ConfigErrorKind::TooLarge, "", what, None)
 }
 
 /// A JSON text as a tree, whatever its length: for writing documents, which are valid and
