@@ -193,7 +193,8 @@ pub use limiter::keyed::{
 #[cfg(feature = "config")]
 pub use limits::document::{
     Acknowledgement, Change, ConfigErrors, Diff, Direction, Format, Limits, Matcher, Policy,
-    PolicyChange, QuotaChange, Tightening, TrafficMove, DEFAULT_GUARD,
+    PolicyChange, QuotaChange, Tightening, TrafficMove, DEFAULT_GUARD, MAX_DEPTH,
+    MAX_DOCUMENT_BYTES,
 };
 #[cfg(feature = "config")]
 pub use limits::reload::{Decision, LimitsHandle, LimitsHandleBuilder, DEFAULT_KNOWN_GOOD_AFTER};

@@ -194,8 +194,11 @@ fn check_json_has_the_documented_shape() {
     assert_eq!(error["path"], "policies[paid-checkout].quota");
     assert_eq!(error["hint"], r#"write "10/s" or "10/min""#);
     assert_eq!(error["kind"], "quota.missing_unit");
-    assert_eq!(error["line"], Value::Null);
-    assert_eq!(error["column"], Value::Null);
+    // where the value is: `quota = "10"` on line 10, the value at column 9
+    assert_eq!(
+        (&error["line"], &error["column"]),
+        (&Value::from(10), &Value::from(9))
+    );
 
     let ok = tollgate(&["check", "--format", "json", VALID]);
     assert_eq!(ok.code, Some(0));
@@ -353,6 +356,34 @@ fn diff_writes_the_acknowledgement_in_the_new_document_s_format() {
     assert_contains(&run.stdout, entry);
 
     let acked = dir.write("acked.yaml", &format!("{}{entry}", doc("10/min", 2)));
+    let run = tollgate(&[Path::new("diff"), &old, &acked]);
+    assert_eq!(run.code, Some(0), "{run:?}");
+}
+
+#[test]
+fn diff_writes_byte_bursts_as_the_document_does() {
+    let dir = TempDir::new();
+    let doc = |quota: &str, burst: &str, revision: u64| {
+        format!(
+            "schema = 1\nrevision = {revision}\n[[policies]]\nname = \"link\"\n\
+             match = {{ route = \"/replicate/*\" }}\nquota = \"{quota}\"\nburst = \"{burst}\"\n"
+        )
+    };
+    let old = dir.write("old.toml", &doc("8Gbit/s", "256MiB", 1));
+    let new = dir.write("new.toml", &doc("2Gbit/s", "16MiB", 2));
+    let run = tollgate(&[Path::new("diff"), &old, &new]);
+    assert_eq!(run.code, Some(1), "{run:?}");
+    assert_contains(
+        &run.stdout,
+        "changed  link                 quota 8Gbit/s;burst=256MiB → 2Gbit/s;burst=16MiB: 16× tighter",
+    );
+    let entry = "[[acknowledge]]\npolicy = \"link\"\nfrom = \"8Gbit/s;burst=256MiB\"\nto = \"2Gbit/s;burst=16MiB\"\n";
+    assert_contains(&run.stdout, entry);
+    // the entry, pasted, is accepted
+    let acked = dir.write(
+        "acked.toml",
+        &format!("{}{entry}", doc("2Gbit/s", "16MiB", 2)),
+    );
     let run = tollgate(&[Path::new("diff"), &old, &acked]);
     assert_eq!(run.code, Some(0), "{run:?}");
 }

@@ -35,7 +35,12 @@ fn only(result: Result<Limits, ConfigErrors>, kind: Kind, line: &str) -> ConfigE
     assert_eq!(err.kind(), kind, "{err}");
     assert_eq!(err.to_string(), line);
     if err.path().is_empty() {
-        assert_eq!(err.message(), line);
+        let at = format!(
+            "line {}, column {}: ",
+            err.line().unwrap(),
+            err.column().unwrap()
+        );
+        assert_eq!(format!("{at}{}", err.message()), line);
     } else {
         assert_eq!(format!("{}: {}", err.path(), err.message()), line);
     }
@@ -352,15 +357,32 @@ fn bursts() {
         Kind::Quota(QuotaErrorKind::DuplicateBurst),
         r#"policies[a].burst: burst given twice: in the quota "100/s;burst=5" and in `burst`; remove one of them"#,
     );
+    // The burst is read as written, on its own: the error quotes what the document says,
+    // never a quota string it does not contain.
     only(
         with("1MB/s", "64"),
         Kind::Quota(QuotaErrorKind::MissingUnit),
-        r#"policies[a].burst: missing unit on the burst of a byte budget in "1MB/s;burst=64": write "64B""#,
+        r#"policies[a].burst: missing unit on the burst of a byte budget in "64": write "64B""#,
+    );
+    let zero =
+        r#"policies[a].burst: burst is zero in "0" at byte 0; counts and bursts are at least 1"#;
+    only(with("1/s", "0"), Kind::Quota(QuotaErrorKind::Zero), zero);
+    let yaml = "schema: 1\nrevision: 1\npolicies:\n  - name: a\n    match: { route: /a }\n    quota: 10/s\n    burst: 0\n";
+    let json = r#"{"schema": 1, "revision": 1, "policies": [{"name": "a", "match": {"route": "/a"}, "quota": "10/s", "burst": 0}]}"#;
+    only(
+        Limits::from_yaml(yaml),
+        Kind::Quota(QuotaErrorKind::Zero),
+        zero,
     );
     only(
-        with("1/s", "0"),
+        Limits::from_json(json),
         Kind::Quota(QuotaErrorKind::Zero),
-        r#"policies[a].burst: burst is zero in "1/s;burst=0" at byte 10; counts and bursts are at least 1"#,
+        zero,
+    );
+    only(
+        with("100/s", "\"10kB\""),
+        Kind::Quota(QuotaErrorKind::UnexpectedUnit),
+        r#"policies[a].burst: unexpected unit "kB" on the burst of a request quota in "10kB": write "10""#,
     );
     only(
         with("1/s", "1.5"),
@@ -433,11 +455,12 @@ fn missing_schema_and_revision_and_bad_values() {
         r#"{"schema":1,"revision":18446744073709551615,"policies":[]}"#,
     ));
     assert_eq!(errs[0].message(), "revision too large; a revision is an integer from 0 to 9223372036854775807 (the largest TOML holds)");
-    only(
+    let err = only(
         Limits::from_json("[1, 2]"),
         Kind::WrongType,
-        "expected a table, found a list; a table with the fields schema, revision, categories, tiers, policies, acknowledge",
+        "line 1, column 1: expected a table, found a list; a table with the fields schema, revision, categories, tiers, policies, acknowledge",
     );
+    assert_eq!(err.path(), "");
 }
 
 #[test]
@@ -497,6 +520,129 @@ fn syntax_errors_have_line_and_column() {
     for e in toml.iter().chain(&yaml).chain(&json) {
         assert!(!e.to_string().contains('\n'));
     }
+}
+
+/// Where an error is: its path, line and column.
+type Place = (String, usize, usize);
+
+/// Every error of `text` as a [`Place`], and the places that `marks` say: each mark is a
+/// path, a line and the text that starts the value (or key) on that line.
+fn positions(
+    result: Result<Limits, ConfigErrors>,
+    text: &str,
+    marks: &[(&str, usize, &str)],
+) -> (Vec<Place>, Vec<Place>) {
+    let got = errors(result)
+        .iter()
+        .map(|e| {
+            (
+                e.path().to_owned(),
+                e.line().unwrap_or(0),
+                e.column().unwrap_or(0),
+            )
+        })
+        .collect();
+    let lines: Vec<&str> = text.lines().collect();
+    let want = marks
+        .iter()
+        .map(|&(path, line, start)| {
+            let column = lines[line - 1]
+                .find(start)
+                .unwrap_or_else(|| panic!("{start}"))
+                + 1;
+            (path.to_owned(), line, column)
+        })
+        .collect();
+    (got, want)
+}
+
+#[test]
+fn validation_errors_carry_the_line_and_column_of_the_value_in_every_format() {
+    let toml = r#"schema = 1
+revision = 1
+tiers = ["free"]
+
+[[policies]]
+name = "twin"
+match = { tier = "gold" }
+quota = "10"
+colour = "red"
+
+[[policies]]
+name = "twin"
+match = { route = "/x" }
+
+[[policies]]
+name = "b"
+match = { route = "/x" }
+quota = "10/s"
+"#;
+    let (got, want) = positions(
+        Limits::from_toml(toml),
+        toml,
+        &[
+            ("policies[0].colour", 9, "colour"),
+            ("policies[0].match.tier", 7, "\"gold\""),
+            ("policies[0].quota", 8, "\"10\""),
+            ("policies[1].quota", 11, "[[policies]]"), // missing: where the table starts
+            ("policies[1].name", 12, "\"twin\""),
+            ("policies[b].match", 17, "{"),
+        ],
+    );
+    assert_eq!(got, want);
+
+    let yaml = "schema: 1
+revision: 1
+tiers: [free]
+policies:
+  - name: twin
+    match: { tier: gold }
+    quota: 10
+    colour: red
+  - name: twin
+    match: { route: /x }
+  - name: b
+    match: { route: /x }
+    quota: 10/s
+";
+    let (got, want) = positions(
+        Limits::from_yaml(yaml),
+        yaml,
+        &[
+            ("policies[0].colour", 8, "colour"),
+            ("policies[0].match.tier", 6, "gold"),
+            ("policies[0].quota", 7, "10"),
+            ("policies[1].quota", 9, "name"), // missing: where the table starts
+            ("policies[1].name", 9, "twin"),
+            ("policies[b].match", 12, "{"),
+        ],
+    );
+    assert_eq!(got, want);
+
+    let json = r#"{
+  "schema": 1,
+  "revision": 1,
+  "tiers": ["free"],
+  "policies": [
+    {"name": "twin", "match": {"tier": "gold"}, "quota": 10, "colour": "red"},
+    {"name": "twin", "match": {"route": "/x"}},
+    {"name": "b", "match": {"route": "/x"}, "quota": "10/s"}
+  ]
+}
+"#;
+    let (got, want) = positions(
+        Limits::from_json(json),
+        json,
+        &[
+            ("policies[0].colour", 6, "\"colour\""),
+            ("policies[0].match.tier", 6, "\"gold\""),
+            ("policies[0].quota", 6, "10,"),
+            ("policies[1].quota", 7, "{"), // missing: where the table starts
+            ("policies[1].name", 7, "\"twin\""),
+            ("policies[b].match", 8, "{\"route"),
+        ],
+    );
+    assert_eq!(got, want);
 }
 
 #[test]
@@ -722,6 +868,20 @@ fn quota() -> impl Strategy<Value = String> {
     ]
 }
 
+/// `Limits::resolve`'s order, spelled out from its documentation: fields set, then the route
+/// (exact above the longest prefix above none), then category, then tier.
+fn specificity(m: &tollgate::Matcher) -> (usize, usize, bool, bool) {
+    let fields = [m.tier(), m.category(), m.route()];
+    let route = match m.route() {
+        None => 0,
+        Some(r) => r
+            .strip_suffix('*')
+            .map_or(usize::MAX, |prefix| prefix.len() + 1),
+    };
+    let set = fields.iter().filter(|f| f.is_some()).count();
+    (set, route, m.category().is_some(), m.tier().is_some())
+}
+
 prop_compose! {
     fn document()(
         revision in 0u64..=i64::MAX as u64,
@@ -771,6 +931,35 @@ proptest! {
         prop_assert_eq!(&Limits::from_json(&limits.to_json()).unwrap(), &limits);
         // and the diff of a document with itself is empty, with every request resolved
         prop_assert!(Limits::diff(&limits, &limits).is_empty());
+    }
+
+    #[test]
+    fn resolve_agrees_with_a_scan_of_every_policy(
+        doc in document(),
+        requests in prop::collection::vec((any::<u8>(), any::<u8>(), any::<u8>(), "[a-z/]{0,3}"), 1..24),
+    ) {
+        let limits = Limits::from_json(&doc.to_string()).unwrap();
+        let mut tiers: Vec<&str> = limits.tiers().iter().map(String::as_str).collect();
+        let mut cats: Vec<&str> = limits.categories().iter().map(String::as_str).collect();
+        tiers.push("other");
+        cats.push("other");
+        let routes: Vec<&str> = limits.policies().iter().filter_map(|p| p.matcher().route()).collect();
+        for (t, c, r, tail) in requests {
+            let tier = tiers[usize::from(t) % tiers.len()];
+            let category = cats[usize::from(c) % cats.len()];
+            // a policy's route (a prefix cut short, exact, or extended), or another
+            let route = match routes.get(usize::from(r) % (routes.len() + 1)) {
+                Some(pattern) => format!("{}{tail}", pattern.trim_end_matches('*')),
+                None => format!("/{tail}"),
+            };
+            let oracle = limits
+                .policies()
+                .iter()
+                .filter(|p| p.matcher().matches(tier, category, &route))
+                .max_by_key(|p| specificity(p.matcher()))
+                .map(|p| p.name());
+            prop_assert_eq!(limits.resolve(tier, category, &route).map(|p| p.name()), oracle);
+        }
     }
 
     #[test]

@@ -58,18 +58,18 @@ const ACCEPTED: &[(&str, &str)] = &[
     ("10B/s", "10B/s"),
     ("1kB/s", "1kB/s"),
     ("2Gbit/s", "2Gbit/s"),
-    ("2Gbit/s;burst=64MiB", "2Gbit/s;burst=67108864B"),
+    ("2Gbit/s;burst=64MiB", "2Gbit/s;burst=64MiB"),
     ("2Gbit/s;burst=250MB", "2Gbit/s"),
     ("256MiB/s", "256MiB/s"),
     ("100GB/s", "100GB/s"),
-    ("1MB/s;burst=1kB", "1MB/s;burst=1000B"),
+    ("1MB/s;burst=1kB", "1MB/s;burst=1kB"),
     ("1KiB/s;burst=2KiB", "1KiB/s;burst=2KiB"),
-    ("1MiB/s;burst=512KiB", "1MiB/s;burst=524288B"),
+    ("1MiB/s;burst=512KiB", "1MiB/s;burst=512KiB"),
     ("1GiB/h", "1GiB/h"),
     ("5GB/d;burst=1GB", "5GB/d;burst=1GB"),
     ("8bit/s", "8bit/s"),
     ("12bit/s", "12bit/s"),
-    ("3bit/s;burst=1B", "3bit/s;burst=8bit"),
+    ("3bit/s;burst=1B", "3bit/s;burst=1B"),
     ("1kbit/s;burst=125B", "1kbit/s"),
     ("1kbit/s;burst=1B", "1kbit/s;burst=1B"),
     ("64kbit/s;burst=16kbit", "64kbit/s;burst=16kbit"),
@@ -77,7 +77,19 @@ const ACCEPTED: &[(&str, &str)] = &[
     ("10Mbit/min", "10Mbit/min"),
     ("18446744073709551615GB/ms", "18446744073709551615GB/ms"),
     ("1B/d;burst=18446744073709551615B", "1B/d;burst=53375B"),
-    ("1B/day;burst=1kB", "1B/d;burst=1000B"),
+    ("1B/day;burst=1kB", "1B/d;burst=1kB"),
+    // a byte burst in the largest unit of the rate's family that is exact, else in the
+    // largest exact byte unit
+    ("1MB/s;burst=2000000000B", "1MB/s;burst=2GB"),
+    ("1MB/s;burst=1024000B", "1MB/s;burst=1024kB"),
+    ("1MB/s;burst=4096B", "1MB/s;burst=4KiB"),
+    ("10B/s;burst=3B", "10B/s;burst=3B"),
+    ("10B/s;burst=2048B", "10B/s;burst=2KiB"),
+    ("1GiB/s;burst=1048576kB", "1GiB/s;burst=1000MiB"),
+    ("8Gbit/s;burst=256MiB", "8Gbit/s;burst=256MiB"),
+    ("1Mbit/s;burst=1Gbit", "1Mbit/s;burst=1Gbit"),
+    ("1Mbit/s;burst=2MB", "1Mbit/s;burst=16Mbit"),
+    ("100MB/s;burst=1Gbit", "100MB/s;burst=125MB"),
 ];
 
 #[test]
@@ -433,7 +445,7 @@ mod serde_forms {
     }
 
     fn yaml(s: &str) -> Result<Quota, String> {
-        serde_yaml::from_str::<Config>(s)
+        serde_yaml_ng::from_str::<Config>(s)
             .map(|c| c.quota)
             .map_err(|e| e.to_string())
     }
@@ -533,7 +545,7 @@ mod serde_forms {
         assert!(e.contains(r#"missing unit in "0""#), "{e}");
         let e = yaml("quota: {rate: 100/s, extra: 1}").unwrap_err();
         assert!(e.contains("unknown field `extra`"), "{e}");
-        let out = serde_yaml::to_string(&Config {
+        let out = serde_yaml_ng::to_string(&Config {
             quota: q("6000/minute"),
         })
         .unwrap();
@@ -568,7 +580,7 @@ mod serde_forms {
             quota: q("2Gbit/s;burst=64MiB"),
         };
         let out = serde_json::to_string(&config).unwrap();
-        assert_eq!(out, r#"{"quota":"2Gbit/s;burst=67108864B"}"#);
+        assert_eq!(out, r#"{"quota":"2Gbit/s;burst=64MiB"}"#);
         assert_eq!(serde_json::from_str::<Config>(&out).unwrap(), config);
     }
 }
@@ -612,6 +624,41 @@ fn quota_string() -> impl Strategy<Value = String> {
         })
 }
 
+/// The unit a byte burst is shown in, from the rule in `Quota`'s documentation: the largest
+/// unit of the rate's own family (kilo and up) that divides it exactly, else the largest
+/// exact one of kB, MB, GB, KiB, MiB, GiB, else B.
+fn burst_unit_oracle(bytes: u64, rate_unit: &str) -> &'static str {
+    let bits = u128::from(bytes) * 8;
+    const BITS: [(&str, u128); 10] = [
+        ("kB", 8_000),
+        ("MB", 8_000_000),
+        ("GB", 8_000_000_000),
+        ("KiB", 8 << 10),
+        ("MiB", 8 << 20),
+        ("GiB", 8 << 30),
+        ("bit", 1),
+        ("kbit", 1_000),
+        ("Mbit", 1_000_000),
+        ("Gbit", 1_000_000_000),
+    ];
+    let size = |unit: &str| BITS.iter().find(|(u, _)| *u == unit).map_or(8, |(_, b)| *b);
+    let family: &[&'static str] = match rate_unit {
+        "kB" | "MB" | "GB" => &["GB", "MB", "kB"],
+        "KiB" | "MiB" | "GiB" => &["GiB", "MiB", "KiB"],
+        "bit" | "kbit" | "Mbit" | "Gbit" => &["Gbit", "Mbit", "kbit"],
+        _ => &[],
+    };
+    let mut bytes_units = ["kB", "MB", "GB", "KiB", "MiB", "GiB"];
+    bytes_units.sort_by_key(|u| std::cmp::Reverse(size(u)));
+    let exact = |u: &&&'static str| bits % size(u) == 0;
+    family
+        .iter()
+        .find(exact)
+        .or_else(|| bytes_units.iter().find(exact))
+        .copied()
+        .unwrap_or("B")
+}
+
 proptest! {
     #[test]
     fn display_round_trips(s in quota_string()) {
@@ -625,6 +672,19 @@ proptest! {
             prop_assert_eq!(again.interval(), quota.interval());
             prop_assert_eq!(hash_of(&again), hash_of(&quota));
             prop_assert!(quota.burst() >= 1);
+        }
+    }
+
+    #[test]
+    fn a_byte_burst_is_shown_in_the_largest_exact_unit(s in quota_string()) {
+        if let Ok(quota) = s.parse::<Quota>() {
+            let shown = quota.to_string();
+            if let (true, Some((rate, burst))) = (quota.is_bytes(), shown.split_once(";burst=")) {
+                let rate_unit = rate.split('/').next().unwrap_or("").trim_start_matches(|c: char| c.is_ascii_digit());
+                let digits = burst.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+                let unit = &burst[digits.len()..];
+                prop_assert_eq!(unit, burst_unit_oracle(quota.burst(), rate_unit), "{}", shown);
+            }
         }
     }
 

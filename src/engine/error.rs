@@ -201,14 +201,23 @@ pub enum ConfigErrorKind {
     UnacknowledgedTightening,
     /// A changed document whose revision is not above the running one.
     StaleRevision,
+    /// Lists and tables nested deeper than [`MAX_DEPTH`](crate::MAX_DEPTH) levels; refused
+    /// where the parser meets it, with its line and column.
+    TooDeep,
+    /// A document longer than [`MAX_DOCUMENT_BYTES`](crate::MAX_DOCUMENT_BYTES), refused
+    /// before it is parsed, or YAML aliases that would copy more than the document's own
+    /// size (an alias bomb).
+    TooLarge,
 }
 
 /// One problem in a limits document: where it is ([`path`](ConfigError::path), by policy
-/// name), what is wrong ([`message`](ConfigError::message)) and how to fix it
+/// name, and [`line`](ConfigError::line) and [`column`](ConfigError::column) in the text),
+/// what is wrong ([`message`](ConfigError::message)) and how to fix it
 /// ([`hint`](ConfigError::hint)).
 ///
-/// `Display` writes `path: message`, or `line L, column C: message` for a syntax error. The
-/// message already ends with the hint when there is one; `hint` gives it alone.
+/// `Display` writes `path: message`, or `line L, column C: message` for an error about the
+/// text itself (a syntax error, nesting too deep), which has no path. The message already
+/// ends with the hint when there is one; `hint` gives it alone.
 ///
 /// ```
 /// use tollgate::{ConfigErrorKind, Limits};
@@ -226,6 +235,7 @@ pub enum ConfigErrorKind {
 /// let err = &errs[0];
 /// assert_eq!(err.kind(), ConfigErrorKind::UnknownField);
 /// assert_eq!(err.path(), "policies[free-search].match.categroy");
+/// assert_eq!((err.line(), err.column()), (Some(7), Some(11)));
 /// assert_eq!(err.hint(), Some(r#"did you mean "category"?"#));
 /// assert_eq!(
 ///     err.to_string(),
@@ -336,20 +346,25 @@ impl ConfigError {
         self.hint.as_deref()
     }
 
-    /// The 1-based line of a syntax error, when the format reports one.
+    /// The 1-based line where the error is: of the offending value (or of its key, for an
+    /// unknown or repeated field; of the table, for a missing one), or of a syntax error.
+    /// `None` for errors about no place in the text: I/O, the file name, and the errors of
+    /// a transition between two documents ([`Limits::check_transition`](crate::Limits::check_transition)).
     ///
     /// ```
     /// use tollgate::Limits;
     ///
     /// let errs = Limits::from_json("{\n  \"schema\": 1,\n  oops\n}").unwrap_err();
     /// assert_eq!(errs[0].line(), Some(3));
+    /// let errs = Limits::from_yaml("schema: 1\nrevision: 1\npolicies:\n  - name: a\n    match: { route: /a }\n    quota: 10\n").unwrap_err();
+    /// assert_eq!((errs[0].path(), errs[0].line()), ("policies[a].quota", Some(6)));
     /// # Ok::<(), tollgate::ConfigErrors>(())
     /// ```
     pub fn line(&self) -> Option<usize> {
         self.position.map(|(line, _)| line)
     }
 
-    /// The 1-based column of a syntax error, when the format reports one.
+    /// The 1-based column (in characters) where the error is; see [`line`](ConfigError::line).
     ///
     /// ```
     /// use tollgate::Limits;
@@ -374,10 +389,10 @@ fn one_line(text: &str) -> String {
 #[cfg(feature = "config")]
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match (self.position, self.path.is_empty()) {
-            (Some((line, column)), _) => write!(f, "line {line}, column {column}: ")?,
-            (None, false) => write!(f, "{}: ", self.path)?,
-            (None, true) => {}
+        match (self.path.is_empty(), self.position) {
+            (false, _) => write!(f, "{}: ", self.path)?,
+            (true, Some((line, column))) => write!(f, "line {line}, column {column}: ")?,
+            (true, None) => {}
         }
         f.write_str(&self.message)
     }

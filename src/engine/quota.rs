@@ -10,7 +10,7 @@ use crate::engine::error::QuotaError;
 use crate::engine::gcra::{Params, Per};
 
 use arith::{saturating_u64, weight};
-use units::{TimeUnit, WorkUnit};
+use units::{burst_unit, TimeUnit, WorkUnit};
 
 mod arith;
 mod parse;
@@ -66,17 +66,30 @@ mod units;
 /// default burst is below one byte (`"3bit/s"`) needs an explicit one.
 ///
 /// [`Display`](fmt::Display) writes the short units and `;burst=` only when the effective
-/// burst differs from the default; a byte burst is written in the rate's work unit when that
-/// is exact, else in `B`. Parsing the display of a quota gives back an equal quota.
+/// burst differs from the default. A byte burst is written in the largest unit that holds it
+/// exactly, looking first at the units of the rate's own family:
+///
+/// | rate in | the burst in the largest exact of | else |
+/// |---|---|---|
+/// | `kB`, `MB`, `GB` | `GB`, `MB`, `kB` | the largest exact of `GiB`, `GB`, `MiB`, `MB`, `KiB`, `kB`; else `B` |
+/// | `KiB`, `MiB`, `GiB` | `GiB`, `MiB`, `KiB` | the same |
+/// | `bit`, `kbit`, `Mbit`, `Gbit` | `Gbit`, `Mbit`, `kbit` | the same |
+/// | `B` | — | the same |
+///
+/// So `"2Gbit/s;burst=64MiB"` shows as written, `"1MB/s;burst=2000000000B"` as
+/// `"1MB/s;burst=2GB"`, and a burst of 3 bytes as `3B`. Parsing the display of a quota gives
+/// back an equal quota.
 ///
 /// ```
 /// use tollgate::Quota;
 ///
 /// let q: Quota = "10/second;burst=5".parse()?;
 /// assert_eq!(q.to_string(), "10/s;burst=5");
-/// let b: Quota = "1MiB/s;burst=512KiB".parse()?;
-/// assert_eq!(b.to_string(), "1MiB/s;burst=524288B");
+/// let b: Quota = "1MiB/s;burst=524288B".parse()?;
+/// assert_eq!(b.to_string(), "1MiB/s;burst=512KiB");
 /// assert_eq!(b.to_string().parse::<Quota>()?, b);
+/// let link: Quota = "2Gbit/s;burst=67108864B".parse()?;
+/// assert_eq!(link.to_string(), "2Gbit/s;burst=64MiB");
 /// # Ok::<(), tollgate::QuotaError>(())
 /// ```
 ///
@@ -190,7 +203,7 @@ impl Quota {
     /// let q: Quota = "1MB/s".parse()?;
     /// let q = q.with_burst(NonZeroU64::new(4096).unwrap());
     /// assert_eq!(q.burst(), 4096);
-    /// assert_eq!(q.to_string(), "1MB/s;burst=4096B");
+    /// assert_eq!(q.to_string(), "1MB/s;burst=4KiB");
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
     #[must_use]
@@ -281,6 +294,20 @@ impl Quota {
     pub(crate) fn params(&self) -> Params {
         self.params
     }
+
+    /// This rate with the burst written on its own as `text` (`"250"`, or `"64MiB"` for a
+    /// byte budget), as `;burst=` takes it; errors quote `text` alone.
+    #[cfg(feature = "config")]
+    pub(crate) fn with_burst_text(self, text: &str) -> Result<Quota, QuotaError> {
+        let burst = parse::parse_burst(text, self.work)?;
+        let parsed = parse::Parsed {
+            count: self.count,
+            work: self.work,
+            time: self.time,
+            burst: Some(burst),
+        };
+        parsed.build(text)
+    }
 }
 
 impl FromStr for Quota {
@@ -308,8 +335,8 @@ impl FromStr for Quota {
 
 impl fmt::Display for Quota {
     /// The canonical string form: short units, and `;burst=` only when the effective burst
-    /// differs from the default. For a byte budget the burst is written in the rate's work
-    /// unit when that is exact, else in `B`. Parsing it gives back an equal quota.
+    /// differs from the default. A byte burst is written in the largest exact unit, as the
+    /// type's documentation says. Parsing it gives back an equal quota.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let work = self.work.map_or("", WorkUnit::symbol);
         write!(f, "{}{}/{}", self.count, work, self.time.symbol())?;
@@ -319,13 +346,15 @@ impl fmt::Display for Quota {
         }
         match self.work {
             None => write!(f, ";burst={burst}"),
-            Some(unit) => {
+            Some(rate) => {
                 let bits = u128::from(burst) * 8;
-                let unit_bits = u128::from(unit.bits());
-                match u64::try_from(bits / unit_bits) {
-                    Ok(n) if bits % unit_bits == 0 => write!(f, ";burst={n}{}", unit.symbol()),
-                    _ => write!(f, ";burst={burst}B"),
-                }
+                let unit = burst_unit(bits, rate);
+                write!(
+                    f,
+                    ";burst={}{}",
+                    bits / u128::from(unit.bits()),
+                    unit.symbol()
+                )
             }
         }
     }

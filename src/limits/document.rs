@@ -28,19 +28,26 @@
 //! collects every error with its path by policy name and a fix hint
 //! (`policies[paid-checkout].quota: missing unit in "10": write "10/s" or "10/min"`).
 
+use core::fmt;
+use std::io::Read;
 use std::path::Path;
+use std::sync::Arc;
 
 use crate::engine::error::{ConfigError, ConfigErrorKind, Quoted};
 
 mod change;
 mod diff;
 mod duration;
+mod emit;
 mod errors;
 mod fields;
 mod format;
+mod index;
 mod model;
 mod moves;
+mod names;
 mod parse;
+mod path;
 mod validate;
 
 pub use change::{Direction, QuotaChange};
@@ -49,6 +56,7 @@ pub use errors::ConfigErrors;
 pub use format::Format;
 pub use model::{Acknowledgement, Matcher, Policy};
 pub use moves::TrafficMove;
+pub use parse::{MAX_DEPTH, MAX_DOCUMENT_BYTES};
 
 /// The tightening factor beyond which a change needs an acknowledgement: 10×.
 pub const DEFAULT_GUARD: f64 = 10.0;
@@ -113,11 +121,18 @@ pub const DEFAULT_GUARD: f64 = 10.0;
 /// map keyed by name, because map formats silently keep the last of two duplicate keys; a
 /// field given twice in one table is an error for the same reason.
 ///
-/// Loading is two-phase: a lenient parse into a tree that keeps unknown fields (only a
-/// syntax error stops it, with its line and column), then a validator that collects every
-/// error with its path by policy name and a fix hint, such as
+/// Loading is two-phase: a lenient parse into a tree that keeps unknown fields and where each
+/// value is (only a syntax error stops it, with its line and column), then a validator that
+/// collects every error with its path by policy name, its line and column, and a fix hint,
+/// such as
 /// `policies[paid-checkout].quota: missing unit in "10": write "10/s" or "10/min"` or
 /// `policies[free-search].match.categroy: unknown field; did you mean "category"?`.
+///
+/// **Limits.** Every input costs time and memory linear in its length: a document longer than
+/// [`MAX_DOCUMENT_BYTES`] (16 MiB) is refused before it is parsed, and YAML aliases may copy
+/// at most about the document's own size ([`ConfigErrorKind::TooLarge`]); nesting deeper
+/// than [`MAX_DEPTH`] (64 levels) is refused where the parser meets it
+/// ([`ConfigErrorKind::TooDeep`]).
 ///
 /// ```
 /// use tollgate::Limits;
@@ -139,16 +154,61 @@ pub const DEFAULT_GUARD: f64 = 10.0;
 /// assert_eq!(Limits::from_json(&limits.to_json())?, limits);
 /// # Ok::<(), tollgate::ConfigErrors>(())
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct Limits {
     revision: u64,
     categories: Vec<String>,
     tiers: Vec<String>,
     policies: Vec<Policy>,
     acknowledgements: Vec<Acknowledgement>,
+    /// The policies by name and by matcher; derived from `policies`, shared by clones.
+    index: Arc<index::PolicyIndex>,
+}
+
+/// Equal documents have equal fields; the index follows from the policies.
+impl PartialEq for Limits {
+    fn eq(&self, other: &Limits) -> bool {
+        self.revision == other.revision
+            && self.categories == other.categories
+            && self.tiers == other.tiers
+            && self.policies == other.policies
+            && self.acknowledgements == other.acknowledgements
+    }
+}
+
+impl Eq for Limits {}
+
+impl fmt::Debug for Limits {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Limits")
+            .field("revision", &self.revision)
+            .field("categories", &self.categories)
+            .field("tiers", &self.tiers)
+            .field("policies", &self.policies)
+            .field("acknowledgements", &self.acknowledgements)
+            .finish()
+    }
 }
 
 impl Limits {
+    /// A validated document, indexed.
+    fn new(
+        revision: u64,
+        categories: Vec<String>,
+        tiers: Vec<String>,
+        policies: Vec<Policy>,
+        acknowledgements: Vec<Acknowledgement>,
+    ) -> Limits {
+        Limits {
+            index: Arc::new(index::PolicyIndex::new(&policies)),
+            revision,
+            categories,
+            tiers,
+            policies,
+            acknowledgements,
+        }
+    }
+
     /// Loads a TOML document.
     ///
     /// # Errors
@@ -213,11 +273,13 @@ impl Limits {
     }
 
     /// Reads and loads a file, in the format its extension says (see [`Format::from_path`]).
+    /// At most [`MAX_DOCUMENT_BYTES`] and one more are read: a longer file is refused without
+    /// being read whole.
     ///
     /// # Errors
     ///
-    /// [`ConfigErrorKind::UnknownFormat`] or [`ConfigErrorKind::Io`], or the document's
-    /// errors.
+    /// [`ConfigErrorKind::UnknownFormat`], [`ConfigErrorKind::Io`] (also for a file that is
+    /// not UTF-8) or [`ConfigErrorKind::TooLarge`], or the document's errors.
     ///
     /// ```no_run
     /// let limits = tollgate::Limits::from_path("examples/limits/valid.toml")?;
@@ -232,10 +294,20 @@ impl Limits {
             let err = ConfigError::new(ConfigErrorKind::UnknownFormat, "", what, Some(hint));
             return Err(ConfigErrors::one(err));
         };
-        let text = std::fs::read_to_string(path).map_err(|e| {
+        let cannot_read = |e: &dyn core::fmt::Display| {
             let what = format!("cannot read {}: {e}", Quoted(&shown));
             ConfigErrors::one(ConfigError::new(ConfigErrorKind::Io, "", what, None))
-        })?;
+        };
+        let mut bytes = Vec::new();
+        let limit = MAX_DOCUMENT_BYTES as u64 + 1;
+        std::fs::File::open(path)
+            .and_then(|file| file.take(limit).read_to_end(&mut bytes))
+            .map_err(|e| cannot_read(&e))?;
+        if bytes.len() > MAX_DOCUMENT_BYTES {
+            let size = std::fs::metadata(path).map_or(limit, |m| m.len());
+            return Err(ConfigErrors::one(parse::too_large(size)));
+        }
+        let text = String::from_utf8(bytes).map_err(|e| cannot_read(&e))?;
         Limits::parse(&text, format)
     }
 
@@ -303,7 +375,12 @@ impl Limits {
         };
         let text = match format {
             Format::Toml => toml::to_string(&doc).map_err(|e| e.to_string()),
-            Format::Yaml => serde_yaml::to_string(&doc).map_err(|e| e.to_string()),
+            Format::Yaml => serde_json::to_string(&doc)
+                .map_err(|e| e.to_string())
+                .and_then(|json| {
+                    let tree = parse::json_tree(&json).map_err(|e| e.to_string())?;
+                    Ok(emit::yaml(&tree))
+                }),
             Format::Json => serde_json::to_string_pretty(&doc).map_err(|e| e.to_string()),
         };
         text.unwrap_or_else(|e| panic!("a validated document always serializes as {format}: {e}"))
@@ -362,7 +439,7 @@ impl Limits {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn policy(&self, name: &str) -> Option<&Policy> {
-        self.policies.iter().find(|p| p.name == name)
+        self.index.position(name).map(|i| &self.policies[i])
     }
 
     /// The acknowledged tightenings, in document order.
@@ -389,8 +466,10 @@ impl Limits {
     ///
     /// Two different matchers that both match a request always differ in one of these, and
     /// identical matchers are rejected by the validator, so there are no ties: the answer
-    /// does not depend on the order of the policies. The cost is linear in the number of
-    /// policies.
+    /// does not depend on the order of the policies. The policies are indexed by tier,
+    /// category and route, so the cost does not grow with their number (only with the
+    /// number of different prefix lengths among the route patterns of one tier and
+    /// category).
     ///
     /// ```
     /// use tollgate::Limits;
@@ -425,10 +504,23 @@ impl Limits {
     /// # Ok::<(), tollgate::ConfigErrors>(())
     /// ```
     pub fn resolve(&self, tier: &str, category: &str, route: &str) -> Option<&Policy> {
-        self.policies
-            .iter()
-            .filter(|p| p.matcher.matches(tier, category, route))
-            .max_by_key(|p| p.matcher.specificity())
+        let i = self.resolve_position(tier, category, route)?;
+        Some(&self.policies[i])
+    }
+
+    /// The position in [`policies`](Limits::policies) of the policy a request resolves to.
+    pub(crate) fn resolve_position(
+        &self,
+        tier: &str,
+        category: &str,
+        route: &str,
+    ) -> Option<usize> {
+        self.index.resolve(&self.policies, tier, category, route)
+    }
+
+    /// The position in [`policies`](Limits::policies) of the policy named `name`.
+    pub(crate) fn position(&self, name: &str) -> Option<usize> {
+        self.index.position(name)
     }
 
     /// What changes from `old` to `new`; see [`Diff`].

@@ -22,8 +22,8 @@ pub(crate) const LONG_HELP: &str = r#"Output:
                "path": string,              // "policies[paid-checkout].quota", "" for the file
                "message": string,           // ends with the hint, when there is one
                "hint": string | null,       // the fix alone
-               "line": integer | null,      // 1-based, syntax errors
-               "column": integer | null,    // 1-based, syntax errors
+               "line": integer | null,      // 1-based, where in the text (null: I/O)
+               "column": integer | null,    // 1-based, in characters
                "kind": string               // "unknown_field", "quota.missing_unit", "syntax",
              }]                             // "io", "unknown_format", …
            }]

@@ -1,9 +1,10 @@
 //! `tollgate diff OLD NEW`: what a change does, and whether it may ship.
 
+use std::collections::HashSet;
 use std::path::Path;
 
 use serde::Serialize;
-use tollgate::{Diff, Format, Limits, Tightening};
+use tollgate::{Diff, Format, Limits, Quota, Tightening};
 
 use crate::load::{format_of, load, FileProblem, Loaded, Problem};
 use crate::{shown, Options, Output, OutputFormat, Status};
@@ -157,19 +158,22 @@ fn json(
     out.line(crate::to_json(&report));
 }
 
-/// The diff and what stands in the way of the transition.
+/// The diff and what stands in the way of the transition, comparing the documents once.
 fn compare(old: &Limits, new: &Limits, guard: f64, format: Format) -> Comparison {
     let diff = Limits::diff(old, new);
-    let problems = match Limits::check_transition(old, new, guard) {
-        Ok(_) => Vec::new(),
+    let problems = match diff.check(new, guard) {
+        Ok(()) => Vec::new(),
         Err(errors) => errors.iter().map(Problem::from).collect(),
     };
-    let unacknowledged = diff.unacknowledged(new, guard);
-    let acknowledged = diff
+    let acks: HashSet<(&str, Quota, Quota)> = new
+        .acknowledgements()
+        .iter()
+        .map(|a| (a.policy(), a.from(), a.to()))
+        .collect();
+    let (acknowledged, unacknowledged) = diff
         .tightenings_beyond(guard)
         .into_iter()
-        .filter(|t| !unacknowledged.contains(t))
-        .collect();
+        .partition(|t| acks.contains(&(t.policy.as_str(), t.from, t.to)));
     Comparison {
         diff,
         problems,

@@ -20,9 +20,9 @@ pub(crate) struct Problem {
     pub(crate) message: String,
     /// The fix alone.
     pub(crate) hint: Option<String>,
-    /// The 1-based line of a syntax error.
+    /// The 1-based line of the error in the text, when it has a place there.
     pub(crate) line: Option<usize>,
-    /// The 1-based column of a syntax error.
+    /// The 1-based column of the error in the text, when it has a place there.
     pub(crate) column: Option<usize>,
     /// [`ConfigErrorKind`] in snake case: `unknown_field`, `quota.missing_unit`, `io`.
     pub(crate) kind: String,
@@ -41,14 +41,16 @@ impl Problem {
         }
     }
 
-    /// One line for people: `file:line:column: message` for a syntax error (the form
-    /// editors jump to), else `file: path: message`.
+    /// One line for people: `file: path: message`, or `file:line:column: message` for an
+    /// error about the text itself (a syntax error: the form editors jump to).
     pub(crate) fn human(&self, file: &str) -> String {
-        match (self.line, self.column, self.path.is_empty()) {
-            (Some(line), Some(column), _) => format!("{file}:{line}:{column}: {}", self.message),
-            (Some(line), None, _) => format!("{file}:{line}: {}", self.message),
-            (None, _, false) => format!("{file}: {}: {}", self.path, self.message),
-            (None, _, true) => format!("{file}: {}", self.message),
+        match (self.path.is_empty(), self.line, self.column) {
+            (false, _, _) => format!("{file}: {}: {}", self.path, self.message),
+            (true, Some(line), Some(column)) => {
+                format!("{file}:{line}:{column}: {}", self.message)
+            }
+            (true, Some(line), None) => format!("{file}:{line}: {}", self.message),
+            (true, None, _) => format!("{file}: {}", self.message),
         }
     }
 }

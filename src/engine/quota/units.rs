@@ -84,8 +84,48 @@ impl WorkUnit {
         }
     }
 
+    /// The units of this unit's family from kilo up, largest first: a burst on a rate in
+    /// this unit is written in the largest of them that is exact (see [`burst_unit`]).
+    const fn family(self) -> &'static [WorkUnit] {
+        match self {
+            WorkUnit::KiloByte | WorkUnit::MegaByte | WorkUnit::GigaByte => {
+                &[WorkUnit::GigaByte, WorkUnit::MegaByte, WorkUnit::KiloByte]
+            }
+            WorkUnit::KibiByte | WorkUnit::MebiByte | WorkUnit::GibiByte => {
+                &[WorkUnit::GibiByte, WorkUnit::MebiByte, WorkUnit::KibiByte]
+            }
+            WorkUnit::Bit | WorkUnit::KiloBit | WorkUnit::MegaBit | WorkUnit::GigaBit => {
+                &[WorkUnit::GigaBit, WorkUnit::MegaBit, WorkUnit::KiloBit]
+            }
+            WorkUnit::Byte => &[],
+        }
+    }
+
     /// `n` units in bytes, rounded down (u128: `u64::MAX` GiB is about 2^94 bytes).
     pub(super) fn floor_bytes(self, n: u64) -> u128 {
         u128::from(n) * u128::from(self.bits()) / 8
     }
+}
+
+/// The byte units from kilo up, largest first.
+const BYTE_UNITS: [WorkUnit; 6] = [
+    WorkUnit::GibiByte,
+    WorkUnit::GigaByte,
+    WorkUnit::MebiByte,
+    WorkUnit::MegaByte,
+    WorkUnit::KibiByte,
+    WorkUnit::KiloByte,
+];
+
+/// The unit a burst of `bits` (a whole number of bytes) is written in on a rate in `rate`:
+/// the largest unit of the rate's family that is exact, else the largest exact byte unit,
+/// else `B`.
+pub(super) fn burst_unit(bits: u128, rate: WorkUnit) -> WorkUnit {
+    let exact = |unit: &&WorkUnit| bits % u128::from(unit.bits()) == 0;
+    rate.family()
+        .iter()
+        .find(exact)
+        .or_else(|| BYTE_UNITS.iter().find(exact))
+        .copied()
+        .unwrap_or(WorkUnit::Byte)
 }

@@ -2,6 +2,7 @@
 //! acknowledgement ([`check_transition`]).
 
 use core::fmt;
+use std::collections::HashSet;
 
 use serde::Serialize;
 
@@ -117,51 +118,52 @@ pub struct Diff {
 
 impl Diff {
     pub(super) fn new(old: &Limits, new: &Limits) -> Diff {
-        let added = new
+        // Each old policy is paired with the new one of its name: at the same place when the
+        // order is kept (the usual case, read in order), else through the new index.
+        let (mut removed, mut pairs) = (Vec::new(), Vec::new());
+        let mut paired = vec![false; new.policies.len()];
+        for (i, o) in old.policies.iter().enumerate() {
+            let j = match new.policies.get(i) {
+                Some(n) if n.name == o.name => Some(i),
+                _ => new.index.position(&o.name),
+            };
+            match j {
+                None => removed.push(o),
+                Some(j) => {
+                    paired[j] = true;
+                    pairs.push((o, &new.policies[j]));
+                }
+            }
+        }
+        // names are unique, so a new policy is in the old document if and only if it paired
+        let added: Vec<&Policy> = new
             .policies
             .iter()
-            .filter(|p| old.policy(&p.name).is_none())
-            .cloned()
+            .zip(&paired)
+            .filter_map(|(p, paired)| (!paired).then_some(p))
             .collect();
-        let removed = old
-            .policies
+        // the matchers not in both documents under the same name: the traffic that can move
+        let rematched = pairs
             .iter()
-            .filter(|p| new.policy(&p.name).is_none())
-            .cloned()
-            .collect();
-        let changed = old
-            .policies
+            .filter(|(o, n)| o.matcher != n.matcher)
+            .flat_map(|(o, n)| [&o.matcher, &n.matcher]);
+        let changed_matchers: Vec<&Matcher> = removed
             .iter()
-            .filter_map(|o| new.policy(&o.name).map(|n| (o, n)))
-            .filter(|(o, n)| o != n)
-            .map(|(o, n)| PolicyChange {
-                policy: o.name.clone(),
-                quota: (o.quota != n.quota).then(|| QuotaChange::new(o.quota, n.quota)),
-                matcher: (o.matcher != n.matcher).then(|| Change {
-                    from: o.matcher.clone(),
-                    to: n.matcher.clone(),
-                }),
-                shadow: (o.shadow != n.shadow).then_some(Change {
-                    from: o.shadow,
-                    to: n.shadow,
-                }),
-                classes: (o.classes != n.classes).then(|| Change {
-                    from: describe_classes(o.classes.as_ref()),
-                    to: describe_classes(n.classes.as_ref()),
-                }),
-                retry_budget: (o.retry_budget != n.retry_budget).then(|| Change {
-                    from: describe_retry_budget(o.retry_budget),
-                    to: describe_retry_budget(n.retry_budget),
-                }),
-            })
+            .chain(&added)
+            .map(|p| &p.matcher)
+            .chain(rematched)
             .collect();
+        let moves = moves::moves(old, new, &changed_matchers);
+        // the pairs that differ first, so the changes (large) are written in one allocation
+        let differ: Vec<(&Policy, &Policy)> = pairs.into_iter().filter(|(o, n)| o != n).collect();
+        let changed = differ.into_iter().map(policy_change).collect();
         Diff {
             from_revision: old.revision,
             to_revision: new.revision,
-            added,
-            removed,
+            added: added.into_iter().cloned().collect(),
+            removed: removed.into_iter().cloned().collect(),
             changed,
-            moves: moves::moves(old, new),
+            moves,
         }
     }
 
@@ -255,30 +257,29 @@ impl Diff {
     /// # Ok::<(), tollgate::ConfigErrors>(())
     /// ```
     pub fn tightenings_beyond(&self, guard: f64) -> Vec<Tightening> {
+        self.beyond(guard).map(Candidate::tightening).collect()
+    }
+
+    /// The tightenings beyond `guard`, not yet written out.
+    fn beyond(&self, guard: f64) -> impl Iterator<Item = Candidate<'_>> {
         let guard = if guard >= 1.0 { guard } else { 1.0 };
         let own = self.changed.iter().filter_map(|c| {
-            let q = c.quota?;
-            Some(Tightening {
-                policy: c.policy.clone(),
-                from: q.from(),
-                to: q.to(),
-                factor: q.tightening(),
-                requests: Vec::new(),
-                moved_from: None,
+            let q = c.quota.as_ref()?;
+            Some(Candidate {
+                policy: &c.policy,
+                change: q,
+                moved: None,
             })
         });
         let moved = self.moves.iter().filter_map(|m| {
-            let q = m.quota?;
-            Some(Tightening {
-                policy: m.to.clone()?,
-                from: q.from(),
-                to: q.to(),
-                factor: q.tightening(),
-                requests: m.requests.clone(),
-                moved_from: m.from.clone(),
+            Some(Candidate {
+                policy: m.to.as_deref()?,
+                change: m.quota.as_ref()?,
+                moved: Some(m),
             })
         });
-        own.chain(moved).filter(|t| t.factor > guard).collect()
+        own.chain(moved)
+            .filter(move |c| c.change.tightening() > guard)
     }
 
     /// The tightenings beyond `guard` that `new`'s `[[acknowledge]]` list does not name
@@ -292,13 +293,125 @@ impl Diff {
     /// # Ok::<(), tollgate::ConfigErrors>(())
     /// ```
     pub fn unacknowledged(&self, new: &Limits, guard: f64) -> Vec<Tightening> {
-        let mut list = self.tightenings_beyond(guard);
-        list.retain(|t| {
-            !new.acknowledgements
-                .iter()
-                .any(|a| a.policy == t.policy && a.from == t.from && a.to == t.to)
-        });
-        list
+        // Acknowledgements pasted from `tollgate diff` list the tightenings in this order, so
+        // the next one in the list is tried first (read in order); the set of all of them is
+        // built only when one is met out of order.
+        let acks = &new.acknowledgements;
+        let mut next = 0;
+        let mut all: Option<HashSet<(&str, &Quota, &Quota)>> = None;
+        let mut acknowledged = |c: &Candidate<'_>| {
+            let (from, to) = (c.change.from(), c.change.to());
+            if let Some(a) = acks.get(next) {
+                if a.policy == c.policy && a.from == from && a.to == to {
+                    next += 1;
+                    return true;
+                }
+            }
+            let all = all.get_or_insert_with(|| {
+                acks.iter()
+                    .map(|a| (a.policy.as_str(), &a.from, &a.to))
+                    .collect()
+            });
+            all.contains(&(c.policy, &from, &to))
+        };
+        self.beyond(guard)
+            .filter(|c| !acknowledged(c))
+            .map(Candidate::tightening)
+            .collect()
+    }
+
+    /// What stands in the way of the change this diff describes, as
+    /// [`Limits::check_transition`] reports it: a stale revision, and every tightening beyond
+    /// `guard` that `new` (the document this diff leads to) does not acknowledge. For a tool
+    /// that shows the diff and the errors both, without comparing the documents twice.
+    ///
+    /// # Errors
+    ///
+    /// One [`ConfigErrorKind::UnacknowledgedTightening`] per unacknowledged tightening (its
+    /// hint is the acknowledgement to add), and [`ConfigErrorKind::StaleRevision`].
+    ///
+    /// ```
+    /// # let old = tollgate::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[{"name":"a","match":{"route":"/"},"quota":"10/s"}]}"#)?;
+    /// # let new = tollgate::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[{"name":"a","match":{"route":"/"},"quota":"20/s"}]}"#)?;
+    /// let diff = tollgate::Limits::diff(&old, &new);
+    /// let errs = diff.check(&new, tollgate::DEFAULT_GUARD).unwrap_err();
+    /// assert_eq!(errs[0].kind(), tollgate::ConfigErrorKind::StaleRevision);
+    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// ```
+    pub fn check(&self, new: &Limits, guard: f64) -> Result<(), ConfigErrors> {
+        let (old_revision, new_revision) = (self.from_revision, self.to_revision);
+        let mut errors = Vec::new();
+        if !self.is_empty() && new_revision <= old_revision {
+            let what =
+                format!("revision {new_revision} is not above the running revision {old_revision}");
+            let hint = format!("raise `revision` above {old_revision}");
+            let kind = ConfigErrorKind::StaleRevision;
+            errors.push(ConfigError::new(kind, "revision", what, Some(hint)));
+        }
+        for t in self.unacknowledged(new, guard) {
+            let change = QuotaChange::new(t.from, t.to);
+            let (path, what) = match &t.moved_from {
+                None => (format!("policies[{}].quota", t.policy), change.to_string()),
+                Some(_) => (format!("policies[{}].match", t.policy), t.to_string()),
+            };
+            let guard = Factor(if guard >= 1.0 { guard } else { 1.0 });
+            let what = format!("{what}, beyond the guard of {guard}");
+            let hint = format!(
+                "acknowledge it in the new document: [[acknowledge]] policy = \"{}\", from = \"{}\", to = \"{}\"",
+                t.policy, t.from, t.to
+            );
+            let kind = ConfigErrorKind::UnacknowledgedTightening;
+            errors.push(ConfigError::new(kind, path, what, Some(hint)));
+        }
+        match ConfigErrors::from_vec(errors) {
+            None => Ok(()),
+            Some(errors) => Err(errors),
+        }
+    }
+}
+
+/// What changed in a policy that both documents have.
+fn policy_change((o, n): (&Policy, &Policy)) -> PolicyChange {
+    PolicyChange {
+        policy: o.name.clone(),
+        quota: (o.quota != n.quota).then(|| QuotaChange::new(o.quota, n.quota)),
+        matcher: (o.matcher != n.matcher).then(|| Change {
+            from: o.matcher.clone(),
+            to: n.matcher.clone(),
+        }),
+        shadow: (o.shadow != n.shadow).then_some(Change {
+            from: o.shadow,
+            to: n.shadow,
+        }),
+        classes: (o.classes != n.classes).then(|| Change {
+            from: describe_classes(o.classes.as_ref()),
+            to: describe_classes(n.classes.as_ref()),
+        }),
+        retry_budget: (o.retry_budget != n.retry_budget).then(|| Change {
+            from: describe_retry_budget(o.retry_budget),
+            to: describe_retry_budget(n.retry_budget),
+        }),
+    }
+}
+
+/// A tightening before it is written out as a [`Tightening`]: most are acknowledged, and
+/// are never copied.
+struct Candidate<'a> {
+    policy: &'a str,
+    change: &'a QuotaChange,
+    moved: Option<&'a TrafficMove>,
+}
+
+impl Candidate<'_> {
+    fn tightening(self) -> Tightening {
+        Tightening {
+            policy: self.policy.to_owned(),
+            from: self.change.from(),
+            to: self.change.to(),
+            factor: self.change.tightening(),
+            requests: self.moved.map_or_else(Vec::new, |m| m.requests.clone()),
+            moved_from: self.moved.and_then(|m| m.from.clone()),
+        }
     }
 }
 
@@ -373,33 +486,6 @@ pub(super) fn check_transition(
     guard: f64,
 ) -> Result<Diff, ConfigErrors> {
     let diff = Diff::new(old, new);
-    let mut errors = Vec::new();
-    if !diff.is_empty() && new.revision <= old.revision {
-        let what = format!(
-            "revision {} is not above the running revision {}",
-            new.revision, old.revision
-        );
-        let hint = format!("raise `revision` above {}", old.revision);
-        let kind = ConfigErrorKind::StaleRevision;
-        errors.push(ConfigError::new(kind, "revision", what, Some(hint)));
-    }
-    for t in diff.unacknowledged(new, guard) {
-        let change = QuotaChange::new(t.from, t.to);
-        let (path, what) = match &t.moved_from {
-            None => (format!("policies[{}].quota", t.policy), change.to_string()),
-            Some(_) => (format!("policies[{}].match", t.policy), t.to_string()),
-        };
-        let guard = Factor(if guard >= 1.0 { guard } else { 1.0 });
-        let what = format!("{what}, beyond the guard of {guard}");
-        let hint = format!(
-                "acknowledge it in the new document: [[acknowledge]] policy = \"{}\", from = \"{}\", to = \"{}\"",
-                t.policy, t.from, t.to
-            );
-        let kind = ConfigErrorKind::UnacknowledgedTightening;
-        errors.push(ConfigError::new(kind, path, what, Some(hint)));
-    }
-    match ConfigErrors::from_vec(errors) {
-        None => Ok(diff),
-        Some(errors) => Err(errors),
-    }
+    diff.check(new, guard)?;
+    Ok(diff)
 }

@@ -8,7 +8,8 @@ use core::time::Duration;
 
 use crate::engine::error::{ConfigError, ConfigErrorKind as Kind, Quoted};
 
-use super::parse::Node;
+use super::parse::{Node, Value};
+use super::path::Path;
 
 /// The units, longest spelling first where one is a prefix of another.
 const UNITS: &[(&str, u64)] = &[
@@ -24,15 +25,15 @@ const MAX_LEN: usize = 32;
 
 /// Parses a duration field: a string such as `"10s"`. A bare number is a missing-unit error
 /// with a hint, like a quota's.
-pub(super) fn parse_duration(node: &Node, path: &str) -> Result<Duration, ConfigError> {
-    let text = match node {
-        Node::Str(s) => s.as_str(),
-        Node::Int(n) => return Err(missing_unit(path, &n.to_string(), Some(*n))),
-        Node::Float(x) => return Err(missing_unit(path, &format!("{x:?}"), None)),
+pub(super) fn parse_duration(node: &Node<'_>, path: &Path<'_>) -> Result<Duration, ConfigError> {
+    let text = match &node.value {
+        Value::Str(s) => s.as_ref(),
+        Value::Int(n) => return Err(missing_unit(path, &n.to_string(), Some(*n))),
+        Value::Float(x) => return Err(missing_unit(path, &format!("{x:?}"), None)),
         other => {
             return Err(ConfigError::new(
                 Kind::WrongType,
-                path,
+                path.to_string(),
                 format_args!("expected a duration string, found {}", other.describe()),
                 Some(r#"write a string with a unit, such as "10s""#.to_owned()),
             ))
@@ -41,9 +42,14 @@ pub(super) fn parse_duration(node: &Node, path: &str) -> Result<Duration, Config
     parse_text(text, path)
 }
 
-fn parse_text(text: &str, path: &str) -> Result<Duration, ConfigError> {
+fn parse_text(text: &str, path: &Path<'_>) -> Result<Duration, ConfigError> {
     let invalid = |what: String, hint: &str| {
-        ConfigError::new(Kind::InvalidValue, path, what, Some(hint.to_owned()))
+        ConfigError::new(
+            Kind::InvalidValue,
+            path.to_string(),
+            what,
+            Some(hint.to_owned()),
+        )
     };
     const SHAPE: &str = r#"write a whole number and a unit (ms, s, min, h, d), such as "10s""#;
     if text.len() > MAX_LEN {
@@ -82,21 +88,26 @@ fn parse_text(text: &str, path: &str) -> Result<Duration, ConfigError> {
 
 /// `missing unit in "10": write "10s" or "10min"`, worded like a quota's, for a positive
 /// integer; a general hint otherwise, so the hint is never itself invalid.
-fn missing_unit(path: &str, text: &str, n: Option<i128>) -> ConfigError {
+fn missing_unit(path: &Path<'_>, text: &str, n: Option<i128>) -> ConfigError {
     let what = format!("missing unit in {}", Quoted(text));
     match n {
         Some(n) if n > 0 => {
             let hint = format!(r#"write "{n}s" or "{n}min""#);
             ConfigError::with_message(
                 Kind::InvalidValue,
-                path,
+                path.to_string(),
                 format!("{what}: {hint}"),
                 Some(hint),
             )
         }
         _ => {
             let hint = r#"a duration is a string with a unit, such as "10s" or "500ms""#;
-            ConfigError::new(Kind::InvalidValue, path, what, Some(hint.to_owned()))
+            ConfigError::new(
+                Kind::InvalidValue,
+                path.to_string(),
+                what,
+                Some(hint.to_owned()),
+            )
         }
     }
 }
@@ -127,7 +138,7 @@ mod tests {
     use super::*;
 
     fn parse(s: &str) -> Result<Duration, String> {
-        parse_text(s, "p").map_err(|e| e.message().to_owned())
+        parse_text(s, &Path::Root).map_err(|e| e.message().to_owned())
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! A policy's priority `classes` and `retry_budget` (incident 003) are walked in
 //! `validate/traffic.rs`; their durations are read by `duration.rs`.
 
+use super::path::Path;
 use crate::engine::error::{ConfigError, ConfigErrorKind as Kind, Quoted};
 use crate::engine::error::{QuotaError, QuotaErrorKind};
 use crate::engine::quota::Quota;
@@ -43,17 +44,13 @@ const ROUTE_MAX: usize = 256;
 
 /// Checks a policy, tier or category name: an ASCII letter, then letters, digits, `-`, `_`
 /// or `.`, at most 64 in all. Names appear in error paths, so they stay plain.
-pub(super) fn check_name(name: &str, path: &str) -> Result<(), ConfigError> {
-    let mut bytes = name.bytes();
-    let ok = name.len() <= NAME_MAX
-        && bytes.next().is_some_and(|b| b.is_ascii_alphabetic())
-        && bytes.all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
-    if ok {
+pub(super) fn check_name(name: &str, path: &Path<'_>) -> Result<(), ConfigError> {
+    if is_name(name) {
         return Ok(());
     }
     Err(ConfigError::new(
         Kind::InvalidValue,
-        path,
+        path.to_string(),
         format_args!("invalid name {}", Quoted(name)),
         Some(format!(
             "a name starts with a letter and has at most {NAME_MAX} letters, digits, '-', '_' or '.'"
@@ -61,9 +58,17 @@ pub(super) fn check_name(name: &str, path: &str) -> Result<(), ConfigError> {
     ))
 }
 
+/// Whether `name` is a valid name (see [`check_name`]).
+pub(super) fn is_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    name.len() <= NAME_MAX
+        && bytes.next().is_some_and(|b| b.is_ascii_alphabetic())
+        && bytes.all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
 /// Checks a route pattern: `/`, then printable ASCII without spaces, at most 256 bytes, and
 /// `*` only at the end (a prefix match).
-pub(super) fn check_route(route: &str, path: &str) -> Result<(), ConfigError> {
+pub(super) fn check_route(route: &str, path: &Path<'_>) -> Result<(), ConfigError> {
     let body = route.strip_suffix('*').unwrap_or(route);
     let ok = route.len() <= ROUTE_MAX
         && route.starts_with('/')
@@ -73,7 +78,7 @@ pub(super) fn check_route(route: &str, path: &str) -> Result<(), ConfigError> {
     }
     Err(ConfigError::new(
         Kind::InvalidValue,
-        path,
+        path.to_string(),
         format_args!("invalid route {}", Quoted(route)),
         Some(format!(
             "a route starts with '/', has at most {ROUTE_MAX} printable ASCII characters \
@@ -85,7 +90,7 @@ pub(super) fn check_route(route: &str, path: &str) -> Result<(), ConfigError> {
 /// The error for a quota that did not parse from `input`: the parser's message, whose hint
 /// (`write "10/s" or "10/min"`) is also given alone; a general hint is added when the parser
 /// gives none.
-pub(super) fn quota_error(path: &str, input: &str, err: &QuotaError) -> ConfigError {
+pub(super) fn quota_error(path: &Path<'_>, input: &str, err: &QuotaError) -> ConfigError {
     let message = err.to_string();
     let quoted = Quoted(input).to_string();
     let tail = message
@@ -97,12 +102,15 @@ pub(super) fn quota_error(path: &str, input: &str, err: &QuotaError) -> ConfigEr
     };
     let kind = Kind::Quota(err.kind());
     match tail.strip_prefix(": ") {
-        Some(hint) if !hint.is_empty() => {
-            ConfigError::with_message(kind, path, message.clone(), Some(hint.to_owned()))
-        }
+        Some(hint) if !hint.is_empty() => ConfigError::with_message(
+            kind,
+            path.to_string(),
+            message.clone(),
+            Some(hint.to_owned()),
+        ),
         _ => ConfigError::new(
             kind,
-            path,
+            path.to_string(),
             message,
             Some(fallback_hint(err.kind()).to_owned()),
         ),
@@ -127,17 +135,20 @@ fn fallback_hint(kind: QuotaErrorKind) -> &'static str {
 
 /// Parses a quota written as a string; anything else is the missing-unit error of a bare
 /// number (incident 001: `quota = 10`) or a wrong type.
-pub(super) fn parse_quota(node: &super::parse::Node, path: &str) -> Result<Quota, ConfigError> {
-    use super::parse::Node;
-    let text = match node {
-        Node::Str(s) => return s.parse().map_err(|e| quota_error(path, s, &e)),
-        Node::Int(n) => n.to_string(),
+pub(super) fn parse_quota(
+    node: &super::parse::Node<'_>,
+    path: &Path<'_>,
+) -> Result<Quota, ConfigError> {
+    use super::parse::Value;
+    let text = match &node.value {
+        Value::Str(s) => return s.parse().map_err(|e| quota_error(path, s, &e)),
+        Value::Int(n) => n.to_string(),
         // `{:?}` keeps the point: 10.0 is not the integer 10
-        Node::Float(x) => format!("{x:?}"),
+        Value::Float(x) => format!("{x:?}"),
         other => {
             return Err(ConfigError::new(
                 Kind::WrongType,
-                path,
+                path.to_string(),
                 format_args!("expected a quota string, found {}", other.describe()),
                 Some(r#"write a string with a unit, such as "100/s""#.to_owned()),
             ))
@@ -149,55 +160,11 @@ pub(super) fn parse_quota(node: &super::parse::Node, path: &str) -> Result<Quota
         }
         _ => Err(ConfigError::new(
             Kind::Quota(QuotaErrorKind::MissingUnit),
-            path,
+            path.to_string(),
             format_args!("missing unit in {}", Quoted(&text)),
             Some(r#"a quota is a string with a unit, such as "10/s""#.to_owned()),
         )),
     }
-}
-
-/// The closest of `candidates` to `word`, if it is close enough to be a likely typo.
-pub(super) fn did_you_mean<'a>(word: &str, candidates: &[&'a str]) -> Option<&'a str> {
-    let limit = match word.chars().count() {
-        0..=3 => 1,
-        4..=8 => 2,
-        _ => 3,
-    };
-    candidates
-        .iter()
-        .map(|c| (distance(word, c), *c))
-        .filter(|(d, _)| *d <= limit)
-        .min_by_key(|(d, _)| *d)
-        .map(|(_, c)| c)
-}
-
-/// Optimal string alignment distance: edits, with a swap of two neighbours as one edit.
-/// Inputs longer than 64 characters are never close: the cost stays bounded.
-fn distance(a: &str, b: &str) -> usize {
-    let a: Vec<char> = a.chars().take(65).collect();
-    let b: Vec<char> = b.chars().take(65).collect();
-    if a.len().abs_diff(b.len()) > 3 {
-        return usize::MAX;
-    }
-    let width = b.len() + 1;
-    let mut d = vec![0usize; (a.len() + 1) * width];
-    for i in 0..=a.len() {
-        for j in 0..=b.len() {
-            d[i * width + j] = if i == 0 || j == 0 {
-                i + j
-            } else {
-                let cost = usize::from(a[i - 1] != b[j - 1]);
-                let mut best = (d[(i - 1) * width + j] + 1)
-                    .min(d[i * width + j - 1] + 1)
-                    .min(d[(i - 1) * width + j - 1] + cost);
-                if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
-                    best = best.min(d[(i - 2) * width + j - 2] + 1);
-                }
-                best
-            };
-        }
-    }
-    d[a.len() * width + b.len()]
 }
 
 #[cfg(test)]
@@ -205,38 +172,28 @@ mod tests {
     use super::*;
 
     #[test]
-    fn distances() {
-        assert_eq!(distance("categroy", "category"), 1);
-        assert_eq!(distance("tier", "tiers"), 1);
-        assert_eq!(distance("", "abc"), 3);
-        assert_eq!(did_you_mean("categroy", MATCH_FIELDS), Some("category"));
-        assert_eq!(did_you_mean("rout", MATCH_FIELDS), Some("route"));
-        assert_eq!(did_you_mean("zzzzzz", MATCH_FIELDS), None);
-    }
-
-    #[test]
     fn names_and_routes() {
-        assert!(check_name("paid-checkout", "p").is_ok());
-        assert!(check_name("3p", "p").is_err());
-        assert!(check_name("a]b", "p").is_err());
-        assert!(check_route("/v1/*", "p").is_ok());
-        assert!(check_route("/v1/*/x", "p").is_err());
-        assert!(check_route("v1", "p").is_err());
-        assert!(check_route("/a b", "p").is_err());
+        assert!(check_name("paid-checkout", &Path::Root).is_ok());
+        assert!(check_name("3p", &Path::Root).is_err());
+        assert!(check_name("a]b", &Path::Root).is_err());
+        assert!(check_route("/v1/*", &Path::Root).is_ok());
+        assert!(check_route("/v1/*/x", &Path::Root).is_err());
+        assert!(check_route("v1", &Path::Root).is_err());
+        assert!(check_route("/a b", &Path::Root).is_err());
     }
 
     #[test]
     fn quota_hints() {
-        let e = quota_error("q", "10", &"10".parse::<Quota>().unwrap_err());
+        let e = quota_error(&Path::Root, "10", &"10".parse::<Quota>().unwrap_err());
         assert_eq!(e.hint(), Some(r#"write "10/s" or "10/min""#));
         assert_eq!(
             e.message(),
             r#"missing unit in "10": write "10/s" or "10/min""#
         );
-        let e = quota_error("q", "0/s", &"0/s".parse::<Quota>().unwrap_err());
+        let e = quota_error(&Path::Root, "0/s", &"0/s".parse::<Quota>().unwrap_err());
         assert_eq!(e.hint(), Some("counts and bursts are at least 1"));
         let input = r#"1: write "5/s""#;
-        let e = quota_error("q", input, &input.parse::<Quota>().unwrap_err());
+        let e = quota_error(&Path::Root, input, &input.parse::<Quota>().unwrap_err());
         assert_eq!(
             e.hint(),
             Some(r#"write a quota such as "100/s" or "100/s;burst=250""#)

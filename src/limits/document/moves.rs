@@ -7,13 +7,18 @@
 //! route pattern contains, so it meets that prefix and the shorter ones only) plus "any
 //! other route". Only the classes that a changed matcher (one not in both documents under
 //! the same name) matches can move; each is resolved in both documents.
+//!
+//! The cost is linear in the number of classes that can move (times a logarithm): a
+//! matcher's classes are found by binary search in the sorted probes (the routes under a
+//! prefix are a contiguous run of them), each class is resolved through the documents'
+//! indexes, and describing a set of classes looks at each class a bounded number of times.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeSet, HashMap};
 
 use serde::Serialize;
 
 use super::change::QuotaChange;
-use super::model::{route_matches, Matcher};
+use super::model::Matcher;
 use super::Limits;
 
 /// Requests that another policy handles after the change: from `from` to `to` (`None`: no
@@ -36,7 +41,7 @@ pub struct TrafficMove {
 /// Marks the route probe of a prefix pattern; never part of a valid route.
 const UNDER: char = '\u{0}';
 
-/// One value of a request class and how it is named in a description.
+/// The values of one field of a request class: sorted, then `""` for any other.
 struct Axis {
     probes: Vec<String>,
 }
@@ -50,7 +55,7 @@ impl Axis {
         Axis { probes }
     }
 
-    fn routes(old: &Limits, new: &Limits) -> Axis {
+    fn all_routes(old: &Limits, new: &Limits) -> Axis {
         let set: BTreeSet<String> = old
             .policies
             .iter()
@@ -66,11 +71,43 @@ impl Axis {
         Axis { probes }
     }
 
-    /// The probes a matcher's field accepts.
-    fn accepted(&self, accept: impl Fn(&str) -> bool) -> Vec<usize> {
-        (0..self.probes.len())
-            .filter(|&i| accept(&self.probes[i]))
-            .collect()
+    /// The sorted probes, without the last one (any other value).
+    fn sorted(&self) -> &[String] {
+        &self.probes[..self.probes.len() - 1]
+    }
+
+    /// The probes a tier or category field accepts: the one it names, or all.
+    fn named(&self, field: Option<&str>) -> Vec<usize> {
+        match field {
+            None => (0..self.probes.len()).collect(),
+            Some(name) => {
+                let found = self.sorted().binary_search_by(|p| p.as_str().cmp(name));
+                found.into_iter().collect()
+            }
+        }
+    }
+
+    /// The probes a route pattern accepts: the route itself, every probe under a prefix
+    /// (a contiguous run of the sorted probes), or all.
+    fn routes(&self, pattern: Option<&str>) -> Vec<usize> {
+        let Some(pattern) = pattern else {
+            return (0..self.probes.len()).collect();
+        };
+        let sorted = self.sorted();
+        match pattern.strip_suffix('*') {
+            None => {
+                let found = sorted.binary_search_by(|p| p.as_str().cmp(pattern));
+                found.into_iter().collect()
+            }
+            Some(prefix) => {
+                let start = sorted.partition_point(|p| p.as_str() < prefix);
+                let len = sorted[start..]
+                    .iter()
+                    .take_while(|p| p.starts_with(prefix))
+                    .count();
+                (start..start + len).collect()
+            }
+        }
     }
 }
 
@@ -92,39 +129,58 @@ fn show_route(probe: &str) -> String {
 
 type Probe = (usize, usize, usize);
 
-pub(super) fn moves(old: &Limits, new: &Limits) -> Vec<TrafficMove> {
+/// The traffic that moves from `old` to `new`, given the matchers not in both documents
+/// under the same name (`changed`).
+pub(super) fn moves<'a>(
+    old: &'a Limits,
+    new: &'a Limits,
+    changed: &[&Matcher],
+) -> Vec<TrafficMove> {
+    if changed.is_empty() {
+        return Vec::new();
+    }
     let tiers = Axis::names(&old.tiers, &new.tiers);
     let cats = Axis::names(&old.categories, &new.categories);
-    let routes = Axis::routes(old, new);
-    let keyed = |l: &Limits| -> BTreeSet<(String, Matcher)> {
-        let pairs = l
-            .policies
-            .iter()
-            .map(|p| (p.name.clone(), p.matcher.clone()));
-        pairs.collect()
-    };
-    let (before, after) = (keyed(old), keyed(new));
-    let mut probes: BTreeSet<Probe> = BTreeSet::new();
-    for (_, m) in before.symmetric_difference(&after) {
-        let ts = tiers.accepted(|t| m.tier.as_ref().is_none_or(|x| x == t));
-        let cs = cats.accepted(|c| m.category.as_ref().is_none_or(|x| x == c));
-        let rs = routes.accepted(|r| m.route.as_ref().is_none_or(|x| route_matches(x, r)));
-        for &t in &ts {
-            for &c in &cs {
-                probes.extend(rs.iter().map(|&r| (t, c, r)));
+    let routes = Axis::all_routes(old, new);
+    // The classes to look at, by route: each route's tiers and categories are few, so they
+    // are sorted and unrepeated in small pieces, and the classes come out in `by_route`
+    // order (route, then tier, then category).
+    let mut classes: Vec<Vec<(usize, usize)>> = vec![Vec::new(); routes.probes.len()];
+    for m in changed {
+        let ts = tiers.named(m.tier.as_deref());
+        let cs = cats.named(m.category.as_deref());
+        for r in routes.routes(m.route.as_deref()) {
+            let of_route = &mut classes[r];
+            for &t in &ts {
+                of_route.extend(cs.iter().map(|&c| (t, c)));
             }
         }
     }
-    let mut groups: BTreeMap<(Option<&str>, Option<&str>), BTreeSet<Probe>> = BTreeMap::new();
-    for probe @ (t, c, r) in probes {
-        let (t, c, r) = (&tiers.probes[t], &cats.probes[c], &routes.probes[r]);
-        let from = old.resolve(t, c, r);
-        let to = new.resolve(t, c, r);
-        let key = (from.map(|p| p.name()), to.map(|p| p.name()));
-        if key.0 != key.1 {
-            groups.entry(key).or_default().insert(probe);
+    // grouped by the positions of the policies they move from and to
+    let mut groups: HashMap<(Option<usize>, Option<usize>), Vec<Probe>> = HashMap::new();
+    for (r, of_route) in classes.iter_mut().enumerate() {
+        of_route.sort_unstable();
+        of_route.dedup();
+        let route = &routes.probes[r];
+        for &(t, c) in of_route.iter() {
+            let (tier, cat) = (&tiers.probes[t], &cats.probes[c]);
+            let from = old.resolve_position(tier, cat, route);
+            let to = new.resolve_position(tier, cat, route);
+            let (a, b) = (
+                from.map(|i| old.policies[i].name()),
+                to.map(|j| new.policies[j].name()),
+            );
+            if a != b {
+                groups.entry((from, to)).or_default().push((t, c, r));
+            }
         }
     }
+    let name = |l: &'a Limits, i: Option<usize>| i.map(|i| l.policies[i].name());
+    let mut groups: Vec<_> = groups
+        .into_iter()
+        .map(|((from, to), set)| ((name(old, from), name(new, to)), set))
+        .collect();
+    groups.sort_unstable_by_key(|(key, _)| *key);
     groups
         .into_iter()
         .map(|((from, to), set)| {
@@ -169,24 +225,35 @@ fn generalisations((t, c, r): Probe) -> [Cube; 8] {
 /// Describes a set of request classes compactly: greedily, the most general sets of classes
 /// (`category=checkout`, then `tier=paid category=checkout`, …) that lie wholly inside it
 /// and add something not yet described.
-fn describe(set: &BTreeSet<Probe>, tiers: &Axis, cats: &Axis, routes: &Axis) -> Vec<String> {
+/// `set` is without repeats and sorted by route, then tier, then category.
+fn describe(set: &[Probe], tiers: &Axis, cats: &Axis, routes: &Axis) -> Vec<String> {
     let sizes = (tiers.probes.len(), cats.probes.len(), routes.probes.len());
     let mut cubes: Vec<(usize, Cube)> = set
         .iter()
         .flat_map(|&p| generalisations(p).into_iter().enumerate())
-        .collect::<BTreeSet<_>>()
-        .into_iter()
+        .map(|(rank, cube)| (generality(rank), cube))
         .collect();
-    cubes.sort_by_key(|&(rank, cube)| (generality(rank), cube));
-    let mut covered: BTreeSet<Probe> = BTreeSet::new();
+    cubes.sort_unstable();
+    cubes.dedup();
+    let at = |(t, c, r): Probe| {
+        set.binary_search_by_key(&(r, t, c), |&(t, c, r)| (r, t, c))
+            .ok()
+    };
+    let mut covered = vec![false; set.len()];
+    let mut left = set.len();
     let mut out = Vec::new();
     for (_, cube) in cubes {
-        let points = points(cube, sizes);
-        if points.iter().all(|p| set.contains(p)) && points.iter().any(|p| !covered.contains(p)) {
+        // lazily, stopping at the first class outside the set: the cubes of one kind are
+        // disjoint, so each class of the set is looked at a bounded number of times
+        let inside = points(cube, sizes).all(|p| at(p).is_some());
+        if inside && points(cube, sizes).any(|p| at(p).is_some_and(|i| !covered[i])) {
             out.push(show(cube, tiers, cats, routes));
-            covered.extend(points);
+            for i in points(cube, sizes).filter_map(at) {
+                left -= usize::from(!covered[i]);
+                covered[i] = true;
+            }
         }
-        if covered.len() == set.len() {
+        if left == 0 {
             break;
         }
     }
@@ -203,16 +270,15 @@ fn generality(rank: usize) -> usize {
     }
 }
 
-fn points((t, c, r): Cube, (nt, nc, nr): (usize, usize, usize)) -> Vec<Probe> {
-    let axis = |fixed: Option<usize>, n: usize| fixed.map_or_else(|| (0..n).collect(), |v| vec![v]);
-    let (ts, cs, rs) = (axis(t, nt), axis(c, nc), axis(r, nr));
-    let mut out = Vec::with_capacity(ts.len() * cs.len() * rs.len());
-    for &t in &ts {
-        for &c in &cs {
-            out.extend(rs.iter().map(|&r| (t, c, r)));
-        }
-    }
-    out
+/// The classes of a cube, in order.
+fn points((t, c, r): Cube, (nt, nc, nr): (usize, usize, usize)) -> impl Iterator<Item = Probe> {
+    let axis = |fixed: Option<usize>, n: usize| fixed.map_or(0..n, |v| v..v + 1);
+    let (cs, rs) = (axis(c, nc), axis(r, nr));
+    axis(t, nt).flat_map(move |t| {
+        let rs = rs.clone();
+        cs.clone()
+            .flat_map(move |c| rs.clone().map(move |r| (t, c, r)))
+    })
 }
 
 fn show((t, c, r): Cube, tiers: &Axis, cats: &Axis, routes: &Axis) -> String {

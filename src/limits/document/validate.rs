@@ -1,9 +1,15 @@
 //! Phase two: the validator walks the tree of any format and collects every error, each with
-//! its path by policy name and one fix hint; a [`Limits`] comes out only when there is none.
+//! its path by policy name, its line and column, and one fix hint; a [`Limits`] comes out only
+//! when there is none.
 
-use super::fields::{check_name, did_you_mean, parse_quota, ACK_FIELDS, DOCUMENT_FIELDS};
+use core::fmt;
+use std::collections::HashSet;
+
+use super::fields::{check_name, parse_quota, ACK_FIELDS, DOCUMENT_FIELDS};
 use super::model::{Acknowledgement, Matcher, Policy};
-use super::parse::Node;
+use super::names::{did_you_mean, NameIndex};
+use super::parse::{located, Node, Pos, Value};
+use super::path::Path;
 use super::{ConfigErrors, Limits};
 
 mod policy;
@@ -14,7 +20,7 @@ use crate::shaping::priority::Priorities;
 use crate::shaping::retry::RetryBudget;
 
 /// Validates a whole document.
-pub(super) fn validate(root: &Node) -> Result<Limits, ConfigErrors> {
+pub(super) fn validate(root: &Node<'_>) -> Result<Limits, ConfigErrors> {
     let mut walk = Walk::default();
     let limits = walk.document(root);
     match (ConfigErrors::from_vec(walk.errors), limits) {
@@ -30,22 +36,15 @@ pub(super) fn validate(root: &Node) -> Result<Limits, ConfigErrors> {
     }
 }
 
-/// `path.field`, or `field` at the top.
-fn join(path: &str, field: &str) -> String {
-    if path.is_empty() {
-        field.to_owned()
-    } else {
-        format!("{path}.{field}")
-    }
-}
-
 /// A table's entries by name, after unknown, repeated and non-string keys were reported.
 struct Table<'a> {
-    fields: Vec<(&'a str, &'a Node)>,
+    /// Where the table starts: a missing field is reported there.
+    at: Pos,
+    fields: Vec<(&'a str, &'a Node<'a>)>,
 }
 
 impl<'a> Table<'a> {
-    fn get(&self, name: &str) -> Option<&'a Node> {
+    fn get(&self, name: &str) -> Option<&'a Node<'a>> {
         self.fields
             .iter()
             .find(|(k, _)| *k == name)
@@ -56,6 +55,9 @@ impl<'a> Table<'a> {
 /// What a policy came to; a part is `None` when it had an error.
 struct Draft {
     name: Option<String>,
+    /// Where the name and the matcher are, for the errors that compare policies.
+    name_at: Pos,
+    match_at: Pos,
     matcher: Option<Matcher>,
     quota: Option<Quota>,
     shadow: bool,
@@ -65,7 +67,7 @@ struct Draft {
 
 /// The names a document declares; `None` when the list itself was unusable, so that the
 /// matchers are not blamed for it.
-type Declared = Option<Vec<String>>;
+type Declared = Option<NameIndex<String>>;
 
 #[derive(Default)]
 struct Walk {
@@ -73,100 +75,129 @@ struct Walk {
 }
 
 impl Walk {
-    fn error(&mut self, kind: Kind, path: &str, what: impl core::fmt::Display, hint: &str) {
+    /// An error at `path`, located at `at` in the text.
+    fn error(&mut self, kind: Kind, path: &Path<'_>, at: Pos, what: impl fmt::Display, hint: &str) {
         let hint = (!hint.is_empty()).then(|| hint.to_owned());
-        self.errors.push(ConfigError::new(kind, path, what, hint));
+        self.push(ConfigError::new(kind, path.to_string(), what, hint), at);
     }
 
-    fn missing(&mut self, path: &str, hint: &str) {
-        self.error(Kind::MissingField, path, "missing field", hint);
+    /// An error made by a check of a single value, located at `at` in the text.
+    fn push(&mut self, error: ConfigError, at: Pos) {
+        self.errors.push(located(error, at));
     }
 
-    fn wrong_type(&mut self, path: &str, expected: &str, found: &Node, hint: &str) {
+    /// A field missing from the table at `at`.
+    fn missing(&mut self, path: &Path<'_>, at: Pos, hint: &str) {
+        self.error(Kind::MissingField, path, at, "missing field", hint);
+    }
+
+    fn wrong_type(&mut self, path: &Path<'_>, expected: &str, found: &Node<'_>, hint: &str) {
         let what = format!("expected {expected}, found {}", found.describe());
-        self.error(Kind::WrongType, path, what, hint);
+        self.error(Kind::WrongType, path, found.at, what, hint);
     }
 
     /// Opens a table, reporting keys that are unknown, repeated or not strings.
-    fn table<'a>(&mut self, node: &'a Node, path: &str, known: &[&str]) -> Option<Table<'a>> {
-        let Node::Map(entries) = node else {
+    fn table<'a>(
+        &mut self,
+        node: &'a Node<'a>,
+        path: &Path<'_>,
+        known: &[&str],
+    ) -> Option<Table<'a>> {
+        let Value::Map(entries) = &node.value else {
             let hint = format!("a table with the fields {}", known.join(", "));
             self.wrong_type(path, "a table", node, &hint);
             return None;
         };
-        let mut fields: Vec<(&str, &Node)> = Vec::with_capacity(entries.len());
+        let mut fields: Vec<(&str, &Node<'_>)> = Vec::with_capacity(entries.len());
         for (key, value) in entries {
-            let Node::Str(key) = key else {
+            let Value::Str(name) = &key.value else {
                 let what = format!("a field name is {}, not a string", key.describe());
-                self.error(Kind::WrongType, path, what, "quote the field name");
+                self.error(Kind::WrongType, path, key.at, what, "quote the field name");
                 continue;
             };
-            let shown = if key.len() <= 64 && key.bytes().all(|b| b.is_ascii_graphic()) {
-                key.clone()
+            if known.contains(&name.as_ref()) && !fields.iter().any(|(k, _)| k == name) {
+                fields.push((name, value));
+                continue;
+            }
+            let shown = if name.len() <= 64 && name.bytes().all(|b| b.is_ascii_graphic()) {
+                name.to_string()
             } else {
-                Quoted(key).to_string()
+                Quoted(name).to_string()
             };
-            let at = join(path, &shown);
-            if !known.contains(&key.as_str()) {
-                let hint = match did_you_mean(key, known) {
+            let field = path.field(&shown);
+            if known.contains(&name.as_ref()) {
+                let hint = "remove one: JSON and YAML readers silently keep the last";
+                self.error(
+                    Kind::DuplicateField,
+                    &field,
+                    key.at,
+                    "field given twice",
+                    hint,
+                );
+            } else {
+                let hint = match did_you_mean(name, known) {
                     Some(near) => format!("did you mean \"{near}\"?"),
                     None => format!("the fields here are {}", known.join(", ")),
                 };
-                self.error(Kind::UnknownField, &at, "unknown field", &hint);
-            } else if fields.iter().any(|(k, _)| k == key) {
-                let hint = "remove one: JSON and YAML readers silently keep the last";
-                self.error(Kind::DuplicateField, &at, "field given twice", hint);
-            } else {
-                fields.push((key, value));
+                self.error(Kind::UnknownField, &field, key.at, "unknown field", &hint);
             }
         }
-        Some(Table { fields })
+        Some(Table {
+            at: node.at,
+            fields,
+        })
     }
 
     /// A string field; `None` (reported) when it has another type.
-    fn string<'a>(&mut self, node: &'a Node, path: &str, hint: &str) -> Option<&'a str> {
-        match node {
-            Node::Str(s) => Some(s),
-            other => {
-                self.wrong_type(path, "a string", other, hint);
+    fn string<'a>(&mut self, node: &'a Node<'_>, path: &Path<'_>, hint: &str) -> Option<&'a str> {
+        match &node.value {
+            Value::Str(s) => Some(s),
+            _ => {
+                self.wrong_type(path, "a string", node, hint);
                 None
             }
         }
     }
 
-    fn document(&mut self, root: &Node) -> Option<Limits> {
-        let doc = self.table(root, "", DOCUMENT_FIELDS)?;
+    fn document(&mut self, root: &Node<'_>) -> Option<Limits> {
+        let top = Path::Root;
+        let doc = self.table(root, &top, DOCUMENT_FIELDS)?;
+        let schema = top.field("schema");
         match doc.get("schema") {
-            None => self.missing("schema", "add `schema = 1`"),
-            Some(Node::Int(1)) => {}
-            Some(Node::Int(n)) => {
-                let what = format!("unsupported schema {n}");
-                let hint = "this version of tollgate reads schema 1";
-                self.error(Kind::UnsupportedSchema, "schema", what, hint);
-            }
-            Some(other) => self.wrong_type("schema", "the integer 1", other, "write `schema = 1`"),
+            None => self.missing(&schema, doc.at, "add `schema = 1`"),
+            Some(node) => match node.value {
+                Value::Int(1) => {}
+                Value::Int(n) => {
+                    let what = format!("unsupported schema {n}");
+                    let hint = "this version of tollgate reads schema 1";
+                    self.error(Kind::UnsupportedSchema, &schema, node.at, what, hint);
+                }
+                _ => self.wrong_type(&schema, "the integer 1", node, "write `schema = 1`"),
+            },
         }
-        let revision = self.revision(doc.get("revision"));
-        let categories = self.declared(doc.get("categories"), "categories");
-        let tiers = self.declared(doc.get("tiers"), "tiers");
+        let revision = self.revision(doc.get("revision"), &top, doc.at);
+        let categories = self.declared(doc.get("categories"), &top, "categories");
+        let tiers = self.declared(doc.get("tiers"), &top, "tiers");
+        let list = top.field("policies");
         let policies = match doc.get("policies") {
             None => {
-                self.missing("policies", "add `policies`, a list of policies");
+                self.missing(&list, doc.at, "add `policies`, a list of policies");
                 None
             }
-            Some(Node::List(items)) => Some(self.policies(items, &tiers, &categories)),
+            Some(Node {
+                value: Value::List(items),
+                ..
+            }) => Some(self.policies(items, &list, &tiers, &categories)),
             Some(other) => {
                 let hint = "write a list of tables (`[[policies]]` in TOML)";
-                self.wrong_type("policies", "a list of policies", other, hint);
+                self.wrong_type(&list, "a list of policies", other, hint);
                 None
             }
         };
         let names = policies.as_ref().map(|p: &Vec<Draft>| {
-            p.iter()
-                .filter_map(|d| d.name.as_deref())
-                .collect::<Vec<_>>()
+            NameIndex::new(p.iter().filter_map(|d| d.name.as_deref()).collect())
         });
-        let acknowledgements = self.acknowledgements(doc.get("acknowledge"), names.as_deref());
+        let acknowledgements = self.acknowledgements(doc.get("acknowledge"), &top, names.as_ref());
         let policies = policies?
             .into_iter()
             .map(|d| {
@@ -180,78 +211,108 @@ impl Walk {
                 })
             })
             .collect::<Option<Vec<_>>>()?;
-        Some(Limits {
-            revision: revision?,
-            categories: categories?,
-            tiers: tiers?,
+        Some(Limits::new(
+            revision?,
+            categories?.into_names(),
+            tiers?.into_names(),
             policies,
-            acknowledgements: acknowledgements?,
-        })
+            acknowledgements?,
+        ))
     }
 
-    fn revision(&mut self, node: Option<&Node>) -> Option<u64> {
+    fn revision(&mut self, node: Option<&Node<'_>>, top: &Path<'_>, doc_at: Pos) -> Option<u64> {
+        let path = top.field("revision");
         let hint =
             "a revision is an integer from 0 to 9223372036854775807 (the largest TOML holds)";
-        match node {
-            None => self.missing(
-                "revision",
-                "add `revision`, the document's version (an integer)",
-            ),
-            Some(Node::Int(n)) => match u64::try_from(*n) {
+        let Some(node) = node else {
+            let hint = "add `revision`, the document's version (an integer)";
+            self.missing(&path, doc_at, hint);
+            return None;
+        };
+        match node.value {
+            Value::Int(n) => match u64::try_from(n) {
                 Ok(n) if i64::try_from(n).is_ok() => return Some(n),
-                Ok(_) => self.error(Kind::InvalidValue, "revision", "revision too large", hint),
-                Err(_) => self.error(Kind::InvalidValue, "revision", "negative revision", hint),
+                Ok(_) => self.error(
+                    Kind::InvalidValue,
+                    &path,
+                    node.at,
+                    "revision too large",
+                    hint,
+                ),
+                Err(_) => self.error(
+                    Kind::InvalidValue,
+                    &path,
+                    node.at,
+                    "negative revision",
+                    hint,
+                ),
             },
-            Some(other) => self.wrong_type("revision", "an integer", other, hint),
+            _ => self.wrong_type(&path, "an integer", node, hint),
         }
         None
     }
 
-    fn declared(&mut self, node: Option<&Node>, field: &str) -> Declared {
+    fn declared(&mut self, node: Option<&Node<'_>>, top: &Path<'_>, field: &str) -> Declared {
+        let list = top.field(field);
         let items = match node {
-            None => return Some(Vec::new()),
-            Some(Node::List(items)) => items,
+            None => return Some(NameIndex::default()),
+            Some(Node {
+                value: Value::List(items),
+                ..
+            }) => items,
             Some(other) => {
                 let hint = format!("write a list of names, such as `{field} = [\"a\", \"b\"]`");
-                self.wrong_type(field, "a list of names", other, &hint);
+                self.wrong_type(&list, "a list of names", other, &hint);
                 return None;
             }
         };
         let mut names: Vec<String> = Vec::with_capacity(items.len());
+        let mut seen: HashSet<&str> = HashSet::with_capacity(items.len());
         for (i, item) in items.iter().enumerate() {
-            let path = format!("{field}[{i}]");
+            let path = list.item(i);
             let Some(name) = self.string(item, &path, "write the name as a string") else {
                 continue;
             };
             if let Err(e) = check_name(name, &path) {
-                self.errors.push(e);
-            } else if names.iter().any(|n| n == name) {
+                self.push(e, item.at);
+            } else if !seen.insert(name) {
                 let what = format!("{} declared twice", Quoted(name));
-                self.error(Kind::InvalidValue, &path, what, "remove the repeat");
+                self.error(
+                    Kind::InvalidValue,
+                    &path,
+                    item.at,
+                    what,
+                    "remove the repeat",
+                );
             } else {
                 names.push(name.to_owned());
             }
         }
-        Some(names)
+        Some(NameIndex::new(names))
     }
 
     fn acknowledgements(
         &mut self,
-        node: Option<&Node>,
-        names: Option<&[&str]>,
+        node: Option<&Node<'_>>,
+        top: &Path<'_>,
+        names: Option<&NameIndex<&str>>,
     ) -> Option<Vec<Acknowledgement>> {
+        let list = top.field("acknowledge");
         let items = match node {
             None => return Some(Vec::new()),
-            Some(Node::List(items)) => items,
+            Some(Node {
+                value: Value::List(items),
+                ..
+            }) => items,
             Some(other) => {
                 let hint = "write a list of tables (`[[acknowledge]]` in TOML)";
-                self.wrong_type("acknowledge", "a list of acknowledgements", other, hint);
+                self.wrong_type(&list, "a list of acknowledgements", other, hint);
                 return None;
             }
         };
         let mut acks = Some(Vec::with_capacity(items.len()));
         for (i, item) in items.iter().enumerate() {
-            let ack = self.acknowledgement(item, &format!("acknowledge[{i}]"), names);
+            let ack = self.acknowledgement(item, &list.item(i), names);
             match (&mut acks, ack) {
                 (Some(acks), Some(ack)) => acks.push(ack),
                 _ => acks = None,
@@ -262,59 +323,52 @@ impl Walk {
 
     fn acknowledgement(
         &mut self,
-        node: &Node,
-        path: &str,
-        names: Option<&[&str]>,
+        node: &Node<'_>,
+        path: &Path<'_>,
+        names: Option<&NameIndex<&str>>,
     ) -> Option<Acknowledgement> {
         let table = self.table(node, path, ACK_FIELDS)?;
-        let policy_path = join(path, "policy");
+        let policy_path = path.field("policy");
         let policy = match table.get("policy") {
             None => {
-                self.missing(
-                    &policy_path,
-                    "add `policy`, the name of the policy that changes",
-                );
+                let hint = "add `policy`, the name of the policy that changes";
+                self.missing(&policy_path, table.at, hint);
                 None
             }
-            Some(node) => self.string(node, &policy_path, "write the policy's name as a string"),
+            Some(node) => {
+                let hint = "write the policy's name as a string";
+                self.string(node, &policy_path, hint).map(|p| (p, node.at))
+            }
         };
-        if let (Some(policy), Some(names)) = (policy, names) {
-            if !names.contains(&policy) {
-                let hint = match did_you_mean(policy, names) {
+        if let (Some((policy, at)), Some(names)) = (policy, names) {
+            if !names.contains(policy) {
+                let hint = match names.suggest(policy) {
                     Some(near) => format!("did you mean \"{near}\"?"),
                     None => "name a policy of this document".to_owned(),
                 };
                 let what = format!("unknown policy {}", Quoted(policy));
-                self.error(Kind::UnknownPolicy, &policy_path, what, &hint);
+                self.error(Kind::UnknownPolicy, &policy_path, at, what, &hint);
             }
         }
         let quota = |walk: &mut Walk, key: &str| {
-            let at = join(path, key);
+            let path = path.field(key);
             match table.get(key) {
                 None => {
-                    walk.missing(&at, r#"add the quota with its unit, such as "100/s""#);
+                    let hint = r#"add the quota with its unit, such as "100/s""#;
+                    walk.missing(&path, table.at, hint);
                     None
                 }
-                Some(node) => parse_quota(node, &at).map_err(|e| walk.errors.push(e)).ok(),
+                Some(node) => parse_quota(node, &path)
+                    .map_err(|e| walk.push(e, node.at))
+                    .ok(),
             }
         };
         let from = quota(self, "from");
         let to = quota(self, "to");
         Some(Acknowledgement {
-            policy: policy?.to_owned(),
+            policy: policy?.0.to_owned(),
             from: from?,
             to: to?,
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn paths() {
-        assert_eq!(join("", "a"), "a");
-        assert_eq!(join("p", "a"), "p.a");
     }
 }

@@ -2,7 +2,6 @@
 //! step shared by [`LimitsHandle`](super::LimitsHandle) and [`Rollout`](crate::Rollout), and
 //! how the limiters of one document become the next one's.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::engine::check::Check;
@@ -54,11 +53,12 @@ pub(crate) struct PolicyLimiter {
     pub(crate) limiter: Arc<KeyedRateLimiter<String>>,
 }
 
-/// A document and its limiters, by policy name.
+/// A document and its limiters, in the order of its policies (the document's index finds
+/// them by name or by request).
 #[derive(Clone, Debug)]
 pub(crate) struct Policies {
     pub(crate) limits: Arc<Limits>,
-    by_name: HashMap<String, PolicyLimiter>,
+    limiters: Vec<PolicyLimiter>,
 }
 
 /// A quota change to apply to a reused limiter once no check can see the old document.
@@ -67,12 +67,12 @@ pub(crate) type Requota = (Arc<KeyedRateLimiter<String>>, Quota);
 impl Policies {
     /// Fresh limiters for every policy of `limits`.
     pub(crate) fn new(limits: Arc<Limits>, settings: &Settings) -> Self {
-        let by_name = limits
+        let limiters = limits
             .policies()
             .iter()
-            .map(|p| (p.name().to_owned(), fresh(p, settings)))
+            .map(|p| fresh(p, settings))
             .collect();
-        Self { limits, by_name }
+        Self { limits, limiters }
     }
 
     /// The limiters for `next`: unchanged policies keep their limiter (the same `Arc`);
@@ -83,9 +83,15 @@ impl Policies {
     /// detector is attached.
     pub(crate) fn successor(&self, next: Arc<Limits>, settings: &Settings) -> (Self, Vec<Requota>) {
         let mut requota = Vec::new();
-        let mut by_name = HashMap::with_capacity(next.policies().len());
-        for policy in next.policies() {
-            let kept = self.by_name.get(policy.name()).filter(|old| {
+        let mut limiters = Vec::with_capacity(next.policies().len());
+        let before = self.limits.policies();
+        for (i, policy) in next.policies().iter().enumerate() {
+            // at the same place when the order is kept (read in order), else by the index
+            let at = match before.get(i) {
+                Some(old) if old.name() == policy.name() => Some(i),
+                _ => self.limits.position(policy.name()),
+            };
+            let kept = at.map(|j| &self.limiters[j]).filter(|old| {
                 (old.shadow == policy.shadow() || settings.detector.is_none())
                     && old.limiter.priorities() == policy.classes()
                     && old.limiter.retry_budget() == policy.retry_budget()
@@ -103,18 +109,17 @@ impl Policies {
                 }
                 None => fresh(policy, settings),
             };
-            by_name.insert(policy.name().to_owned(), entry);
+            limiters.push(entry);
         }
         (
             Self {
                 limits: next,
-                by_name,
+                limiters,
             },
             requota,
         )
     }
 
-    /// The limiter of the policy named `name`.
     /// The policy a request resolves to, with its limiter.
     pub(crate) fn resolve_limiter(
         &self,
@@ -122,13 +127,15 @@ impl Policies {
         category: &str,
         route: &str,
     ) -> Option<(&str, &Arc<KeyedRateLimiter<String>>)> {
-        let policy = self.limits.resolve(tier, category, route)?;
-        let entry = self.by_name.get(policy.name())?;
-        Some((policy.name(), &entry.limiter))
+        let i = self.limits.resolve_position(tier, category, route)?;
+        let entry = self.limiters.get(i)?;
+        Some((&entry.name, &entry.limiter))
     }
 
+    /// The limiter of the policy named `name`.
     pub(crate) fn limiter(&self, name: &str) -> Option<&Arc<KeyedRateLimiter<String>>> {
-        self.by_name.get(name).map(|p| &p.limiter)
+        let i = self.limits.position(name)?;
+        self.limiters.get(i).map(|p| &p.limiter)
     }
 
     /// Resolves the request's policy and checks `key` against it.
@@ -146,14 +153,14 @@ impl Policies {
         check: Check,
     ) -> Result<Decision, InsufficientCapacity> {
         let revision = self.limits.revision();
-        let Some(policy) = self.limits.resolve(tier, category, route) else {
-            let unlimited = Verdict::Allow(Allowed::new(u64::MAX, 0, 0));
-            return Ok(Decision::new(unlimited, revision, None));
-        };
         // Every policy of the document has a limiter (built together, swapped together), so
-        // the `else` cannot run; were it to, the request is treated as unmatched rather than
-        // panicking inside a check.
-        let Some(entry) = self.by_name.get(policy.name()) else {
+        // `get` always finds one; were it not to, the request is treated as unmatched rather
+        // than panicking inside a check.
+        let entry = self
+            .limits
+            .resolve_position(tier, category, route)
+            .and_then(|i| self.limiters.get(i));
+        let Some(entry) = entry else {
             let unlimited = Verdict::Allow(Allowed::new(u64::MAX, 0, 0));
             return Ok(Decision::new(unlimited, revision, None));
         };

@@ -3,20 +3,22 @@
 
 use std::collections::HashMap;
 
-use super::{join, Declared, Draft, Walk};
+use super::{Declared, Draft, Walk};
 use crate::engine::error::QuotaErrorKind;
 use crate::engine::error::{ConfigError, ConfigErrorKind as Kind, Quoted};
 use crate::engine::quota::Quota;
 use crate::limits::document::fields::{
-    check_name, check_route, did_you_mean, parse_quota, quota_error, MATCH_FIELDS, POLICY_FIELDS,
+    check_name, check_route, is_name, parse_quota, quota_error, MATCH_FIELDS, POLICY_FIELDS,
 };
 use crate::limits::document::model::Matcher;
-use crate::limits::document::parse::Node;
+use crate::limits::document::parse::{Node, Value};
+use crate::limits::document::path::Path;
 
 impl Walk {
     pub(super) fn policies(
         &mut self,
-        items: &[Node],
+        items: &[Node<'_>],
+        list: &Path<'_>,
         tiers: &Declared,
         categories: &Declared,
     ) -> Vec<Draft> {
@@ -26,12 +28,12 @@ impl Walk {
             *count.entry(name).or_default() += 1;
         }
         // a policy is named in paths when its name identifies it, else by 0-based index
-        let labels: Vec<String> = raw
+        let labels: Vec<Path<'_>> = raw
             .iter()
             .enumerate()
             .map(|(i, name)| match name {
-                Some(name) if count[name] == 1 => format!("policies[{name}]"),
-                _ => format!("policies[{i}]"),
+                Some(name) if count[name] == 1 => list.named(name),
+                _ => list.item(i),
             })
             .collect();
         let drafts: Vec<Draft> = items
@@ -39,15 +41,16 @@ impl Walk {
             .zip(&labels)
             .map(|(item, label)| self.policy(item, label, tiers, categories))
             .collect();
-        let mut first_name: HashMap<&str, &str> = HashMap::new();
-        let mut first_match: HashMap<&Matcher, &str> = HashMap::new();
+        let mut first_name: HashMap<&str, &Path<'_>> = HashMap::new();
+        let mut first_match: HashMap<&Matcher, &Path<'_>> = HashMap::new();
         for (draft, label) in drafts.iter().zip(&labels) {
             if let Some(name) = draft.name.as_deref() {
                 if let Some(first) = first_name.insert(name, label) {
                     first_name.insert(name, first);
                     let what = format!("duplicate name {}: {first} has it too", Quoted(name));
                     let hint = "give each policy a unique name";
-                    self.error(Kind::DuplicateName, &join(label, "name"), what, hint);
+                    let path = label.field("name");
+                    self.error(Kind::DuplicateName, &path, draft.name_at, what, hint);
                 }
             }
             if let Some(matcher) = &draft.matcher {
@@ -55,17 +58,25 @@ impl Walk {
                     first_match.insert(matcher, first);
                     let what = format!("matches exactly the same requests as {first}");
                     let hint = "merge the two policies, or make one match more specific";
-                    let path = join(label, "match");
-                    self.error(Kind::OverlappingMatchers, &path, what, hint);
+                    let (path, at) = (label.field("match"), draft.match_at);
+                    self.error(Kind::OverlappingMatchers, &path, at, what, hint);
                 }
             }
         }
         drafts
     }
 
-    fn policy(&mut self, node: &Node, path: &str, tiers: &Declared, cats: &Declared) -> Draft {
+    fn policy(
+        &mut self,
+        node: &Node<'_>,
+        path: &Path<'_>,
+        tiers: &Declared,
+        cats: &Declared,
+    ) -> Draft {
         let mut draft = Draft {
             name: None,
+            name_at: node.at,
+            match_at: node.at,
             matcher: None,
             quota: None,
             shadow: false,
@@ -75,87 +86,101 @@ impl Walk {
         let Some(table) = self.table(node, path, POLICY_FIELDS) else {
             return draft;
         };
-        let name_path = join(path, "name");
+        let name_path = path.field("name");
         match table.get("name") {
-            None => self.missing(&name_path, "add `name`, unique in the document"),
+            None => self.missing(&name_path, table.at, "add `name`, unique in the document"),
             Some(node) => {
+                draft.name_at = node.at;
                 if let Some(name) = self.string(node, &name_path, "write the name as a string") {
                     match check_name(name, &name_path) {
                         Ok(()) => draft.name = Some(name.to_owned()),
-                        Err(e) => self.errors.push(e),
+                        Err(e) => self.push(e, node.at),
                     }
                 }
             }
         }
-        let match_path = join(path, "match");
+        let match_path = path.field("match");
         match table.get("match") {
-            None => self.missing(
-                &match_path,
-                "add `match` with a tier, a category or a route",
-            ),
-            Some(node) => draft.matcher = self.matcher(node, &match_path, tiers, cats),
+            None => {
+                let hint = "add `match` with a tier, a category or a route";
+                self.missing(&match_path, table.at, hint);
+            }
+            Some(node) => {
+                draft.match_at = node.at;
+                draft.matcher = self.matcher(node, &match_path, tiers, cats);
+            }
         }
-        let quota_path = join(path, "quota");
+        let quota_path = path.field("quota");
         match table.get("quota") {
-            None => self.missing(&quota_path, r#"add a quota with its unit, such as "100/s""#),
+            None => {
+                let hint = r#"add a quota with its unit, such as "100/s""#;
+                self.missing(&quota_path, table.at, hint);
+            }
             Some(node) => match parse_quota(node, &quota_path) {
                 Ok(quota) => draft.quota = Some(quota),
-                Err(e) => self.errors.push(e),
+                Err(e) => self.push(e, node.at),
             },
         }
         if let Some(burst) = table.get("burst") {
-            let written = match table.get("quota") {
-                Some(Node::Str(q)) if draft.quota.is_some() => Some(q.as_str()),
-                _ => None,
-            };
-            draft.quota = self.burst(burst, written, &join(path, "burst"));
+            let written = table.get("quota").and_then(Node::as_str);
+            let quota = draft.quota.zip(written);
+            draft.quota = self.burst(burst, quota, &path.field("burst"));
         }
         match table.get("shadow") {
             None => {}
-            Some(Node::Bool(b)) => draft.shadow = *b,
+            Some(Node {
+                value: Value::Bool(b),
+                ..
+            }) => draft.shadow = *b,
             Some(other) => {
                 let hint = "write `shadow = true` or `shadow = false`";
-                self.wrong_type(&join(path, "shadow"), "a boolean", other, hint);
+                self.wrong_type(&path.field("shadow"), "a boolean", other, hint);
             }
         }
         if let Some(node) = table.get("classes") {
-            draft.classes = self.classes(node, &join(path, "classes"));
+            let classes_path = path.field("classes");
+            draft.classes = self.classes(node, &classes_path);
             if let (Some(quota), Some(classes)) = (draft.quota, &draft.classes) {
-                self.class_capacity(quota, classes, path);
+                self.class_capacity(quota, classes, &classes_path, node.at);
             }
         }
         if let Some(node) = table.get("retry_budget") {
-            draft.retry_budget = self.retry_budget(node, &join(path, "retry_budget"));
+            draft.retry_budget = self.retry_budget(node, &path.field("retry_budget"));
         }
         draft
     }
 
-    /// Applies `burst` to the quota string `written` (`None` when the quota had an error).
-    fn burst(&mut self, node: &Node, written: Option<&str>, path: &str) -> Option<Quota> {
-        let text = match node {
-            Node::Int(n) => n.to_string(),
-            Node::Str(s) => s.clone(),
-            other => {
+    /// Applies `burst` to `quota`, written as `written` (`None` when the quota had an error).
+    /// The burst is read on its own, so that an error quotes what the document says.
+    fn burst(
+        &mut self,
+        node: &Node<'_>,
+        quota: Option<(Quota, &str)>,
+        path: &Path<'_>,
+    ) -> Option<Quota> {
+        let text = match &node.value {
+            Value::Int(n) => n.to_string(),
+            Value::Str(s) => s.to_string(),
+            _ => {
                 let hint = r#"write an integer, or a size such as "64MiB" for a byte budget"#;
-                self.wrong_type(path, "an integer or a size", other, hint);
+                self.wrong_type(path, "an integer or a size", node, hint);
                 return None;
             }
         };
-        let written = written?;
+        let (quota, written) = quota?;
         if written.contains(';') {
             let what = format!(
                 "burst given twice: in the quota {} and in `burst`",
                 Quoted(written)
             );
             let kind = Kind::Quota(QuotaErrorKind::DuplicateBurst);
-            self.error(kind, path, what, "remove one of them");
+            self.error(kind, path, node.at, what, "remove one of them");
             return None;
         }
-        let combined = format!("{written};burst={text}");
-        match combined.parse() {
+        match quota.with_burst_text(&text) {
             Ok(quota) => Some(quota),
             Err(e) => {
-                self.errors.push(quota_error(path, &combined, &e));
+                self.push(quota_error(path, &text, &e), node.at);
                 None
             }
         }
@@ -163,8 +188,8 @@ impl Walk {
 
     fn matcher(
         &mut self,
-        node: &Node,
-        path: &str,
+        node: &Node<'_>,
+        path: &Path<'_>,
         tiers: &Declared,
         cats: &Declared,
     ) -> Option<Matcher> {
@@ -172,7 +197,7 @@ impl Walk {
         let mut ok = true;
         let mut field = |walk: &mut Walk, key: &str, declared: Option<(&Declared, &str)>| {
             let node = table.get(key)?;
-            let at = join(path, key);
+            let at = path.field(key);
             let hint = "write it as a string; leave the field out to match any";
             let Some(value) = walk.string(node, &at, hint) else {
                 ok = false;
@@ -187,7 +212,7 @@ impl Walk {
             match checked {
                 Ok(()) => Some(value.to_owned()),
                 Err(e) => {
-                    walk.errors.push(e);
+                    walk.push(e, node.at);
                     ok = false;
                     None
                 }
@@ -203,7 +228,7 @@ impl Walk {
         }
         if matcher.is_empty() {
             let hint = r#"match at least one of tier, category and route (route "/*" matches every route)"#;
-            self.error(Kind::EmptyMatcher, path, "empty matcher", hint);
+            self.error(Kind::EmptyMatcher, path, node.at, "empty matcher", hint);
             return None;
         }
         Some(matcher)
@@ -211,50 +236,64 @@ impl Walk {
 }
 
 /// The name a policy would be labelled by: its `name`, if it is a valid name.
-fn raw_name(node: &Node) -> Option<&str> {
-    let Node::Map(entries) = node else {
+fn raw_name<'a>(node: &'a Node<'_>) -> Option<&'a str> {
+    let Value::Map(entries) = &node.value else {
         return None;
     };
-    entries.iter().find_map(|(k, v)| match (k, v) {
-        (Node::Str(k), Node::Str(v)) if k == "name" && check_name(v, "").is_ok() => {
-            Some(v.as_str())
-        }
-        _ => None,
-    })
+    entries
+        .iter()
+        .find_map(|(k, v)| match (&k.value, &v.value) {
+            (Value::Str(k), Value::Str(v)) if k == "name" && is_name(v) => Some(v.as_ref()),
+            _ => None,
+        })
 }
 
 fn check_declared(
     value: &str,
     declared: &Declared,
     list: &str,
-    path: &str,
+    path: &Path<'_>,
 ) -> Result<(), ConfigError> {
     let Some(declared) = declared else {
         return Ok(());
     };
-    if declared.iter().any(|d| d == value) {
+    if declared.contains(value) {
         return Ok(());
     }
-    let names: Vec<&str> = declared.iter().map(String::as_str).collect();
-    let hint = match did_you_mean(value, &names) {
+    let hint = match declared.suggest(value) {
         Some(near) => format!("did you mean \"{near}\"?"),
         None => format!("declare it in `{list}`"),
     };
     let singular = if list == "tiers" { "tier" } else { "category" };
     let what = format!("undeclared {singular} {}", Quoted(value));
-    Err(ConfigError::new(Kind::Undeclared, path, what, Some(hint)))
+    Err(ConfigError::new(
+        Kind::Undeclared,
+        path.to_string(),
+        what,
+        Some(hint),
+    ))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::limits::document::parse::Pos;
+
+    fn node(value: Value<'_>) -> Node<'_> {
+        Node::new(value, Pos::default())
+    }
+
+    fn named(name: &str) -> Node<'_> {
+        node(Value::Map(vec![(
+            node(Value::Str("name".into())),
+            node(Value::Str(name.into())),
+        )]))
+    }
 
     #[test]
     fn labels_come_from_valid_names_only() {
-        let named =
-            |name: &str| Node::Map(vec![(Node::Str("name".into()), Node::Str(name.into()))]);
         assert_eq!(raw_name(&named("a")), Some("a"));
         assert_eq!(raw_name(&named("a]")), None);
-        assert_eq!(raw_name(&Node::List(vec![])), None);
+        assert_eq!(raw_name(&node(Value::List(vec![]))), None);
     }
 }
