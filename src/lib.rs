@@ -169,7 +169,9 @@
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
-// The layers, bottom to top: each uses only the layers declared before it.
+// The layers, bottom to top: each uses only the layers declared before it. Still to come,
+// each in a folder of its own: `http` (tower middleware), `redis` (limits shared across
+// instances) and `metrics` (observability); the CLI lives in `bin/`.
 mod engine;
 mod limiter;
 #[cfg(feature = "config")]
