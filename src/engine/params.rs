@@ -51,15 +51,14 @@ pub(crate) struct SharedParams {
     copies: [[AtomicU64; 14]; 2],
 }
 
-/// One consistent reading of [`SharedParams`]. Small on purpose: the previous parameters of a
-/// change in progress are read only when needed ([`SharedParams::prev_of`]).
+/// One consistent reading of [`SharedParams`].
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Snapshot {
     /// The parameters in force.
     pub(crate) cur: Params,
-    /// `true` during a change: cells not yet rescaled are under the previous parameters.
-    pub(crate) changing: bool,
-    /// The generation of `cur` (read only while `changing`).
+    /// During a change: the parameters of the cells not yet rescaled.
+    pub(crate) prev: Option<Params>,
+    /// The generation of `cur` (read only while `prev` is present).
     pub(crate) gen: u64,
     /// The sequence number read, to re-validate with [`SharedParams::unchanged`].
     pub(crate) seq: u64,
@@ -95,33 +94,18 @@ impl SharedParams {
         }
     }
 
-    /// A snapshot for one check: four words when they suffice (a request quota in steady
-    /// state: `T`, τ and the burst), else [`load`](Self::load).
+    /// A snapshot for one check: [`load_request`](Self::load_request)'s three words when
+    /// they suffice (a request quota in steady state), else [`load`](Self::load).
     #[inline]
     pub(crate) fn load_check(&self) -> Snapshot {
-        loop {
-            let before = self.seq.load(Ordering::Acquire);
-            let c = &self.copies[(before & 1) as usize];
-            let t = c[0].load(Ordering::Relaxed);
-            let tau = c[2].load(Ordering::Relaxed);
-            let burst = c[3].load(Ordering::Relaxed);
-            fence(Ordering::Acquire);
-            if self.seq.load(Ordering::Relaxed) == before {
-                if t == 0 {
-                    return self.load();
-                }
-                return Snapshot {
-                    cur: Params {
-                        per: Per::Request { t },
-                        tau,
-                        burst,
-                    },
-                    changing: false,
-                    gen: 0,
-                    seq: before,
-                };
-            }
-            spin_loop();
+        match self.load_request() {
+            Some((t, tau, seq)) => Snapshot {
+                cur: Params::request(t, tau),
+                prev: None,
+                gen: 0,
+                seq,
+            },
+            None => self.load(),
         }
     }
 
@@ -133,29 +117,19 @@ impl SharedParams {
             let c = &self.copies[(before & 1) as usize];
             let cur = decode(&c[1..7]);
             // A previous set is present only during a change (its τ is never 0 then).
-            let changing = c[8].load(Ordering::Relaxed) != 0;
+            let prev = (c[8].load(Ordering::Relaxed) != 0).then(|| decode(&c[7..13]));
             let gen = c[13].load(Ordering::Relaxed);
             fence(Ordering::Acquire);
             if self.seq.load(Ordering::Relaxed) == before {
                 return Snapshot {
                     cur,
-                    changing,
+                    prev,
                     gen,
                     seq: before,
                 };
             }
             spin_loop();
         }
-    }
-
-    /// The previous parameters of the change `snap` saw in progress, or `None` if something
-    /// was published since (the caller's re-validation then fails and it starts over).
-    #[cold]
-    pub(crate) fn prev_of(&self, snap: &Snapshot) -> Option<Params> {
-        let c = &self.copies[(snap.seq & 1) as usize];
-        let prev = decode(&c[7..13]);
-        fence(Ordering::Acquire);
-        (snap.changing && self.seq.load(Ordering::Relaxed) == snap.seq).then_some(prev)
     }
 
     /// `true` if nothing was published since the snapshot `seq` was read. Call it after an
@@ -269,30 +243,32 @@ impl Gate {
     /// change it waits while this group is being rescaled (a few hundred nanoseconds: the
     /// change holds no lock a check needs, but a group's words must move together).
     #[inline]
-    pub(crate) fn resolve(&self, shared: &SharedParams, snap: &Snapshot) -> (Params, Token) {
-        if !snap.changing {
+    pub(crate) fn resolve(&self, snap: &Snapshot) -> (Params, Token) {
+        let Some(prev) = snap.prev else {
             return (snap.cur, Token::steady(snap.seq));
-        }
-        self.resolve_changing(shared, snap)
+        };
+        self.resolve_changing(snap, prev)
     }
 
     #[cold]
-    fn resolve_changing(&self, shared: &SharedParams, snap: &Snapshot) -> (Params, Token) {
+    fn resolve_changing(&self, snap: &Snapshot, prev: Params) -> (Params, Token) {
         let mut spins = 0u32;
         loop {
             let g = self.0.load(Ordering::Acquire);
             if g & 1 == 0 {
-                let token = Token {
-                    seq: snap.seq,
-                    gate: Some(g),
-                };
                 // 2·gen: rescaled; anything older: still in the previous generation's scale.
-                if g == snap.gen.wrapping_mul(2) {
-                    return (snap.cur, token);
-                }
-                // If the previous set cannot be read any more, a new snapshot was published:
-                // the token no longer validates and the caller starts over.
-                return (shared.prev_of(snap).unwrap_or(snap.cur), token);
+                let p = if g == snap.gen.wrapping_mul(2) {
+                    snap.cur
+                } else {
+                    prev
+                };
+                return (
+                    p,
+                    Token {
+                        seq: snap.seq,
+                        gate: Some(g),
+                    },
+                );
             }
             spins += 1;
             if spins < 64 {
@@ -411,12 +387,11 @@ mod tests {
         let (old, gen) = shared.begin(bytes);
         assert_eq!((old, gen), (r, 1));
         let s = shared.load();
-        assert_eq!((s.cur, s.changing, s.gen), (bytes, true, 1));
-        assert_eq!(shared.prev_of(&s), Some(r));
+        assert_eq!((s.cur, s.prev, s.gen), (bytes, Some(r), 1));
         assert_eq!(shared.load_request(), None, "no fast path during a change");
         shared.finish();
         let s = shared.load();
-        assert_eq!((s.cur, s.changing, s.gen), (bytes, false, 1));
+        assert_eq!((s.cur, s.prev, s.gen), (bytes, None, 1));
         assert_eq!(
             shared.load_request(),
             None,
@@ -432,7 +407,7 @@ mod tests {
         let word = AtomicU64::new(125); // at now = 100: half of τ = 50 used
         let (old, gen) = shared.begin(b);
         let snap = shared.load();
-        let (p, token) = gate.resolve(&shared, &snap);
+        let (p, token) = gate.resolve(&snap);
         assert_eq!(p, a, "not rescaled yet: the previous quota");
         gate.rescale(gen, [&word], &old, &b, 100);
         assert_eq!(word.load(Ordering::Relaxed), 350, "half of τ = 500 used");
@@ -440,7 +415,7 @@ mod tests {
             !token.still_valid(&shared, &gate),
             "the rescale invalidates it"
         );
-        let (p, token) = gate.resolve(&shared, &shared.load());
+        let (p, token) = gate.resolve(&shared.load());
         assert_eq!(p, b);
         assert!(token.still_valid(&shared, &gate));
         shared.finish();

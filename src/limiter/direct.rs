@@ -312,10 +312,7 @@ impl RateLimiter {
     /// The parameters in force for the cell, and the token that re-validates them.
     #[inline]
     fn resolve(&self) -> (Params, Token) {
-        self.cell
-            .0
-            .gate
-            .resolve(&self.params, &self.params.load_check())
+        self.cell.0.gate.resolve(&self.params.load())
     }
 
     /// One step on the cell, uncounted; `None` if the parameters changed under it.

@@ -279,7 +279,7 @@ impl<K> KeyedRateLimiter<K> {
         fp: u64,
         check: Check,
     ) -> Result<Verdict, InsufficientCapacity> {
-        let snap = self.params.load_check();
+        let snap = self.params.load();
         let p = snap.cur;
         let (cost, reserve) = (check.units(), g.reserve(check.priority_class()));
         let tol = reserve.tolerance(&p);
@@ -331,7 +331,7 @@ impl<K: Hash> KeyedRateLimiter<K> {
         K: Borrow<Q>,
         Q: Hash + ?Sized,
     {
-        let snap = self.params.load_check();
+        let snap = self.params.load();
         let p = snap.cur;
         let w = p
             .weight(cost)

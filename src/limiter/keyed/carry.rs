@@ -17,14 +17,14 @@ impl<K> KeyedRateLimiter<K> {
         let snap = self.params.load();
         let (tat, tau) = match (fp, self.find(fp)) {
             (1.., Found::Slot(slot)) => {
-                let (p, _) = self.gate_of(slot).resolve(&self.params, &snap);
+                let (p, _) = self.gate_of(slot).resolve(&snap);
                 (self.tat_word(slot).load(Ordering::Acquire), p.tau)
             }
             _ => {
                 let slow = self.slow.lock();
                 (
                     *slow.spill.get(&fp)?,
-                    self.params_at(&snap, &self.spill_gate).tau,
+                    Self::params_at(&snap, &self.spill_gate).tau,
                 )
             }
         };
@@ -40,7 +40,7 @@ impl<K> KeyedRateLimiter<K> {
         let snap = self.params.load();
         let fill = |tau_to: u64| gcra::rescale(tat, now, tau_from, tau_to);
         if let Some(own) = slow.spill.get_mut(&fp) {
-            let tau = self.params_at(&snap, &self.spill_gate).tau;
+            let tau = Self::params_at(&snap, &self.spill_gate).tau;
             *own = (*own).max(fill(tau));
             return;
         }
@@ -57,7 +57,7 @@ impl<K> KeyedRateLimiter<K> {
                     // Tracked: keep the later of the two fill levels. Under the insert lock,
                     // so the group's generation cannot change; `fetch_max` leaves a tombstone
                     // (u64::MAX) as it is, and races allows harmlessly.
-                    let tau = self.params_at(&snap, self.gate_of(slot)).tau;
+                    let tau = Self::params_at(&snap, self.gate_of(slot)).tau;
                     word.fetch_max(fill(tau), Ordering::AcqRel);
                     return;
                 }
@@ -77,7 +77,7 @@ impl<K> KeyedRateLimiter<K> {
         else {
             return;
         };
-        let tat = fill(self.params_at(&snap, self.gate_of(slot)).tau);
+        let tat = fill(Self::params_at(&snap, self.gate_of(slot)).tau);
         if tat > now && self.len() < self.max_keys {
             self.install(&mut slow, slot, fp, empty, tat);
         }

@@ -68,14 +68,11 @@ impl<K> KeyedRateLimiter<K> {
 
     /// The parameters for words behind `gate` under `snap`, for callers that hold the insert
     /// lock (a change rescales a group only under it, so the answer cannot move).
-    pub(super) fn params_at(&self, snap: &Snapshot, gate: &Gate) -> Params {
-        if snap.changing && !gate.is_at(snap.gen) {
-            // A gate behind the snapshot's generation means that change is still in progress
-            // (it finishes only after every gate), so nothing newer was published and the
-            // previous set is there to read.
-            return self.params.prev_of(snap).unwrap_or(snap.cur);
+    pub(super) fn params_at(snap: &Snapshot, gate: &Gate) -> Params {
+        match snap.prev {
+            Some(prev) if !gate.is_at(snap.gen) => prev,
+            _ => snap.cur,
         }
-        snap.cur
     }
 
     /// The weight of the check under `p` (its class's share of the tolerance), or the error
@@ -97,8 +94,8 @@ impl<K> KeyedRateLimiter<K> {
             return None;
         };
         let gate = self.gate_of(slot);
-        let (p, token) = gate.resolve(&self.params, snap);
-        if !snap.changing {
+        let (p, token) = gate.resolve(snap);
+        if snap.prev.is_none() {
             return Some((slot, p, ask.w, token));
         }
         match Self::weight(&p, ask) {
@@ -107,7 +104,7 @@ impl<K> KeyedRateLimiter<K> {
                 // Fits the new quota but not the previous one, on a cell the change has not
                 // reached yet: wait for it, then use the new quota.
                 gate.wait_for(snap.gen);
-                let (p, token) = gate.resolve(&self.params, snap);
+                let (p, token) = gate.resolve(snap);
                 Some((slot, p, Self::weight(&p, ask).ok()?, token))
             }
         }
@@ -218,13 +215,13 @@ impl<K> KeyedRateLimiter<K> {
         };
         let found = match (fp, self.find(fp)) {
             (1.., Found::Slot(slot)) => {
-                let (p, _) = self.gate_of(slot).resolve(&self.params, &snap);
+                let (p, _) = self.gate_of(slot).resolve(&snap);
                 Some((self.tat_word(slot).load(Ordering::Acquire), p))
             }
             _ if self.spilled.load(Ordering::Relaxed) == 0 => None,
             _ => {
                 let slow = self.slow.lock();
-                let p = self.params_at(&snap, &self.spill_gate);
+                let p = Self::params_at(&snap, &self.spill_gate);
                 slow.spill.get(&fp).map(|&tat| (tat, p))
             }
         };
@@ -285,7 +282,7 @@ impl<K> KeyedRateLimiter<K> {
     ) -> Result<Step, &'a Gate> {
         let fp = ask.fp;
         if let Some(tat) = slow.spill.get_mut(&fp) {
-            let p = self.params_at(snap, &self.spill_gate);
+            let p = Self::params_at(snap, &self.spill_gate);
             let w = Self::weight(&p, &ask).map_err(|_| &self.spill_gate)?;
             return Ok(Step::Done(step_plain(
                 tat,
@@ -313,7 +310,7 @@ impl<K> KeyedRateLimiter<K> {
             return Ok(Step::Overflow);
         }
         // The window has no room (rare), or fp is 0 (which marks empty slots): the key spills.
-        let p = self.params_at(snap, &self.spill_gate);
+        let p = Self::params_at(snap, &self.spill_gate);
         let w = Self::weight(&p, &ask).map_err(|_| &self.spill_gate)?;
         let mut tat = 0;
         let v = step_plain(&mut tat, now, &p, w, ask.reserve.tolerance(&p));
@@ -349,7 +346,7 @@ impl<K> KeyedRateLimiter<K> {
                 if tat.load(Ordering::Acquire) != TOMBSTONE {
                     // Placed by another thread since our lock-free look: step it as usual.
                     let gate = self.gate_of(slot);
-                    let p = self.params_at(snap, gate);
+                    let p = Self::params_at(snap, gate);
                     let w = Self::weight(&p, &ask).map_err(|_| gate)?;
                     let (ours, a) = (|| true, Attempt { now, p: &p, w });
                     let tol = ask.reserve.tolerance(&p);
@@ -412,7 +409,7 @@ impl<K> KeyedRateLimiter<K> {
         ask: Ask,
     ) -> Result<Verdict, &'a Gate> {
         let gate = self.gate_of(slot);
-        let p = self.params_at(snap, gate);
+        let p = Self::params_at(snap, gate);
         let w = Self::weight(&p, &ask).map_err(|_| gate)?;
         let mut tat = 0;
         let v = step_plain(&mut tat, now, &p, w, ask.reserve.tolerance(&p));
@@ -449,7 +446,7 @@ impl<K> KeyedRateLimiter<K> {
     pub(super) fn overflow_params(&self, snap: &Snapshot) -> Params {
         match &self.overflow.params {
             Some(own) => own.load().cur,
-            None => self.overflow.gate.resolve(&self.params, snap).0,
+            None => self.overflow.gate.resolve(snap).0,
         }
     }
 
@@ -465,7 +462,7 @@ impl<K> KeyedRateLimiter<K> {
                     (s.cur, Token::steady(s.seq), own)
                 }
                 None => {
-                    let (p, token) = oc.gate.resolve(&self.params, &self.params.load());
+                    let (p, token) = oc.gate.resolve(&self.params.load());
                     (p, token, &self.params)
                 }
             };
