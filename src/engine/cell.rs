@@ -82,6 +82,26 @@ pub(crate) fn step_within(
     still_ours: impl Fn() -> bool,
     fresh: impl Fn() -> u64,
 ) -> Option<Verdict> {
+    step_checked(word, a, tol, reason, still_ours, || true, fresh)
+}
+
+/// [`step_within`] on a word that can change hands: a keyed slot, which a sweep or a move may
+/// empty and hand to another key whose TAT happens to equal the one read here (an ABA that
+/// `still_ours`, asked before the compare-and-swap, cannot see). `landed` is asked after a
+/// successful compare-and-swap; if the word was no longer ours when it landed, the write is
+/// undone and `None` returned, as for a dead word. The undo is itself a compare-and-swap: if
+/// the new owner stepped the word in between, it keeps the extra weight (a denial too early,
+/// never an allow too many).
+#[inline]
+pub(crate) fn step_checked(
+    word: &AtomicU64,
+    a: Attempt<'_>,
+    tol: u64,
+    reason: DenyReason,
+    still_ours: impl Fn() -> bool,
+    landed: impl Fn() -> bool,
+    fresh: impl Fn() -> u64,
+) -> Option<Verdict> {
     let (p, w, mut now) = (a.p, a.w, a.now);
     let told = p.within(tol);
     // Acquire (load and failed CAS): in the keyed table a slot's new TAT is published with
@@ -107,7 +127,12 @@ pub(crate) fn step_within(
             _ => return Some(verdict(outcome, &told, reason)),
         };
         match word.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => return Some(verdict(outcome, &told, reason)),
+            Ok(_) if landed() => return Some(verdict(outcome, &told, reason)),
+            Ok(_) => {
+                // Relaxed on failure: nothing is read from the word then.
+                let _ = word.compare_exchange(next, cur, Ordering::AcqRel, Ordering::Relaxed);
+                return None;
+            }
             Err(actual) => {
                 cur = actual;
                 refreshed = false;
@@ -176,29 +201,20 @@ impl Ceiling {
     }
 }
 
-/// A step while the limiter passes traffic through with `reason`: the shadow verdict is
-/// exactly the enforcing step (the same writes, so it stays true); an allow passes, a quota
-/// denial is handed to `shadow_denied` (the ceiling), anything else (an overflow) stands.
-/// Returns `None` like [`step_within`].
+/// A step's verdict while the limiter passes traffic through with `reason`: the step was
+/// exactly the enforcing one (the same writes, so the shadow stays true); an allow passes, a
+/// quota denial is handed to `shadow_denied` (the ceiling), anything else (an overflow) stands.
 #[inline]
-pub(crate) fn step_pass_through(
-    word: &AtomicU64,
-    a: Attempt<'_>,
-    tol: u64,
+pub(crate) fn pass_through(
+    step: Verdict,
     reason: PassReason,
-    still_ours: impl Fn() -> bool,
-    fresh: impl Fn() -> u64,
     shadow_denied: impl FnOnce(u64) -> Verdict,
-) -> Option<Verdict> {
-    Some(
-        match step_within(word, a, tol, DenyReason::Quota, still_ours, fresh)? {
-            Verdict::Allow(_) => Verdict::PassThrough(PassThrough::new(reason, Shadow::Allow)),
-            Verdict::Deny(d) if d.reason() == DenyReason::Quota => {
-                shadow_denied(d.retry_after_nanos())
-            }
-            other => other,
-        },
-    )
+) -> Verdict {
+    match step {
+        Verdict::Allow(_) => Verdict::PassThrough(PassThrough::new(reason, Shadow::Allow)),
+        Verdict::Deny(d) if d.reason() == DenyReason::Quota => shadow_denied(d.retry_after_nanos()),
+        other => other,
+    }
 }
 
 /// Keeps a hot atomic on its own cache line(s), so writes to it do not slow readers of its

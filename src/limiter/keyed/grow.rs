@@ -1,0 +1,144 @@
+//! Growing the table and making room in it: splitting a bucket, moving a key to its other
+//! bucket. Everything here runs under the insert lock; checks go on lock-free meanwhile (the
+//! argument is in `keyed.rs`, "Moving a key while checks run").
+
+use std::sync::atomic::Ordering;
+
+use super::store::{self, Place, Slot, Store, KEYS_PER_BUCKET};
+use super::{KeyedRateLimiter, Slow};
+use crate::engine::cell::TOMBSTONE;
+use crate::engine::params::Gate;
+
+/// Splits per insert at most: a table that fell behind (a quota change in progress holds back
+/// splits between groups it has and has not rescaled yet) catches up, and no insert waits for
+/// more than two buckets' moves.
+const SPLITS_PER_INSERT: usize = 2;
+/// The longest cuckoo path tried to make room for a new key: three moves (at most
+/// 2 · 4 + 2 · 4² + 2 · 4³ = 168 slots looked at). At a load of 3/4 it finds room for all but
+/// a few keys in a million, which spill.
+const MOVES: usize = 3;
+
+impl<K> KeyedRateLimiter<K> {
+    /// Before an insert: grows the table by a bucket (or two) while it tracks
+    /// [`KEYS_PER_BUCKET`] keys per bucket or more. New segments' gates are born at `gen`, the
+    /// generation read under the lock.
+    pub(super) fn grow(&self, slow: &mut Slow, gen: u64) {
+        for _ in 0..SPLITS_PER_INSERT {
+            let full = self.len() >= KEYS_PER_BUCKET * self.table.buckets_in_use();
+            if !full || !self.split(slow, gen) {
+                return;
+            }
+        }
+    }
+
+    /// Splits the next bucket: its live keys whose hash names the new bucket now move there,
+    /// then the new shape is published. `false` if the table is at its largest, the allocator
+    /// refused a segment, or the two buckets' groups are at different generations (a quota
+    /// change has rescaled one and not yet the other: the split waits for it).
+    fn split(&self, slow: &mut Slow, gen: u64) -> bool {
+        let Some((from, to, next)) = self.table.next_split(gen) else {
+            return false;
+        };
+        let (Some((src, src_gate)), Some((dst, dst_gate))) =
+            (self.table.bucket(from), self.table.bucket(to))
+        else {
+            return false;
+        };
+        if !src_gate.same_generation(dst_gate) {
+            return false;
+        }
+        // The new bucket was never used, and takes at most the old one's four keys.
+        let mut free = dst.0.iter();
+        for slot in &src.0 {
+            let Some(fp) = slot.live_key() else { continue };
+            if Store::home_under(next, fp).contains(&from) {
+                continue;
+            }
+            if let Some(to_slot) = free.next() {
+                self.relocate(slow, slot, to_slot);
+            }
+        }
+        self.table.set_shape(next);
+        true
+    }
+
+    /// Frees a slot in one of `home`'s buckets by moving one of their keys to its other
+    /// bucket — after moving a key there to its own other bucket, and so on, if need be (a
+    /// cuckoo path of at most [`MOVES`] moves, shortest first) — only between groups at the
+    /// same generation. The slot freed.
+    pub(super) fn make_room(&self, slow: &mut Slow, home: [usize; 2]) -> Option<Place<'_>> {
+        let buckets = if home[0] == home[1] {
+            &home[..1]
+        } else {
+            &home[..]
+        };
+        for depth in 0..MOVES {
+            for &p in buckets {
+                let (bucket, gate) = self.table.bucket(p)?;
+                for slot in &bucket.0 {
+                    if self.push_out(slow, slot, p, gate, depth) {
+                        return Some(Place { slot, gate });
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    /// Moves the live key in `x` (in bucket `p`, whose group's gate is `gate`) to a free slot
+    /// of its other bucket; with `depth` > 0 and none free there, first frees one by pushing
+    /// one of its keys out in turn (`depth − 1` further). `true` if `x` is free now.
+    fn push_out(&self, slow: &mut Slow, x: &Slot, p: usize, gate: &Gate, depth: usize) -> bool {
+        let Some(alt) = x.live_key().and_then(|fp| self.table.other(fp, p)) else {
+            return false;
+        };
+        let Some((bucket, alt_gate)) = self.table.bucket(alt) else {
+            return false;
+        };
+        if !gate.same_generation(alt_gate) {
+            return false;
+        }
+        let to = match bucket.0.iter().find(|s| s.is_free()) {
+            Some(to) => to,
+            None if depth > 0 => {
+                let pushed = |y: &&Slot| self.push_out(slow, y, alt, alt_gate, depth - 1);
+                match bucket.0.iter().find(pushed) {
+                    Some(y) => y,
+                    None => return false,
+                }
+            }
+            None => return false,
+        };
+        self.relocate(slow, x, to);
+        true
+    }
+
+    /// Moves the live key in `from` to the free slot `to`. The old copy dies first — a
+    /// compare-and-swap of its TAT to the tombstone: an allow that lands before it moves with
+    /// the key, one that comes after fails and takes the insert path, which waits for this lock
+    /// — and only then is the new copy written: the key never has two live copies.
+    fn relocate(&self, slow: &mut Slow, from: &Slot, to: &Slot) {
+        let fp = from.key.load(Ordering::Relaxed);
+        // Acquire (load and failed CAS): the value moved is the latest allow's.
+        let mut tat = from.tat.load(Ordering::Acquire);
+        loop {
+            if tat == TOMBSTONE {
+                return;
+            }
+            match from.tat.compare_exchange_weak(
+                tat,
+                TOMBSTONE,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => break,
+                Err(actual) => tat = actual,
+            }
+        }
+        // Free now. Release: a reader that sees the key gone sees the tombstone.
+        from.key.store(0, Ordering::Release);
+        store::install(to, fp, tat);
+        // The resumable sweep may have passed `to` already in its current pass.
+        slow.saw_live(tat);
+    }
+}
