@@ -247,6 +247,33 @@ mod tests {
     }
 
     #[test]
+    fn a_step_that_landed_on_a_cell_that_changed_hands_is_undone() {
+        let p = Params {
+            per: Per::Request { t: 10 },
+            tau: 100,
+            burst: 10,
+        };
+        let word = AtomicU64::new(150);
+        let a = Attempt {
+            now: 100,
+            p: &p,
+            w: 10,
+        };
+        let quota = DenyReason::Quota;
+        // The slot's key changed between the check's look and its CAS (same TAT): undone.
+        let v = step_checked(&word, a, p.tau, quota, || true, || false, || 100);
+        assert!(v.is_none(), "the caller looks the key up again");
+        assert_eq!(
+            word.load(Ordering::Relaxed),
+            150,
+            "the other key's TAT is back"
+        );
+        let v = step_checked(&word, a, p.tau, quota, || true, || true, || 100);
+        assert!(matches!(v, Some(Verdict::Allow(_))));
+        assert_eq!(word.load(Ordering::Relaxed), 160);
+    }
+
+    #[test]
     fn a_stale_reading_never_lowers_a_fresher_tat() {
         let p = Params {
             per: Per::Request { t: 10 },

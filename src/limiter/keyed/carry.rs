@@ -45,7 +45,7 @@ impl<K> KeyedRateLimiter<K> {
             *own = (*own).max(fill(tau));
             return;
         }
-        self.grow(&mut slow, snap.gen);
+        self.grow(&mut slow, &snap, now);
         let dead = match self.held(fp) {
             Held::Live(place) => {
                 // Tracked: keep the later of the two fill levels. Under the insert lock, so
@@ -58,7 +58,7 @@ impl<K> KeyedRateLimiter<K> {
             Held::Dead(place) => Some(place),
             Held::Absent => None,
         };
-        let Some(place) = dead.or_else(|| self.room_for(&mut slow, fp, now)) else {
+        let Some(place) = dead.or_else(|| self.room_for(&mut slow, fp, &snap, now)) else {
             return;
         };
         let tat = fill(Self::params_at(&snap, place.gate).tau);

@@ -2,16 +2,15 @@
 //! bucket. Everything here runs under the insert lock; checks go on lock-free meanwhile (the
 //! argument is in `keyed.rs`, "Moving a key while checks run").
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::store::{self, Place, Slot, Store, KEYS_PER_BUCKET};
+use super::store::{self, Bucket, Place, Slot, Store, KEYS_PER_BUCKET};
 use super::{KeyedRateLimiter, Slow};
 use crate::engine::cell::TOMBSTONE;
-use crate::engine::params::Gate;
+use crate::engine::params::Snapshot;
 
-/// Splits per insert at most: a table that fell behind (a quota change in progress holds back
-/// splits between groups it has and has not rescaled yet) catches up, and no insert waits for
-/// more than two buckets' moves.
+/// Splits per insert at most: a table that fell behind (an allocation the allocator refused)
+/// catches up, and no insert waits for more than two buckets' moves.
 const SPLITS_PER_INSERT: usize = 2;
 /// The longest cuckoo path tried to make room for a new key: three moves (at most
 /// 2 · 4 + 2 · 4² + 2 · 4³ = 168 slots looked at). At a load of 3/4 it finds room for all but
@@ -20,31 +19,30 @@ const MOVES: usize = 3;
 
 impl<K> KeyedRateLimiter<K> {
     /// Before an insert: grows the table by a bucket (or two) while it tracks
-    /// [`KEYS_PER_BUCKET`] keys per bucket or more. New segments' gates are born at `gen`, the
-    /// generation read under the lock.
-    pub(super) fn grow(&self, slow: &mut Slow, gen: u64) {
+    /// [`KEYS_PER_BUCKET`] keys per bucket or more. `snap` was read under the lock and `now`
+    /// too: new segments' gates are born at `snap.gen`, and a group a move needs at the new
+    /// generation of a change in progress is rescaled at `now`.
+    pub(super) fn grow(&self, slow: &mut Slow, snap: &Snapshot, now: u64) {
         for _ in 0..SPLITS_PER_INSERT {
             let full = self.len() >= KEYS_PER_BUCKET * self.table.buckets_in_use();
-            if !full || !self.split(slow, gen) {
+            if !full || !self.split(slow, snap, now) {
                 return;
             }
         }
     }
 
     /// Splits the next bucket: its live keys whose hash names the new bucket now move there,
-    /// then the new shape is published. `false` if the table is at its largest, the allocator
-    /// refused a segment, or the two buckets' groups are at different generations (a quota
-    /// change has rescaled one and not yet the other: the split waits for it).
-    fn split(&self, slow: &mut Slow, gen: u64) -> bool {
-        let Some((from, to, next)) = self.table.next_split(gen) else {
+    /// then the new shape is published. `false` if the table is at its largest or the
+    /// allocator refused a segment.
+    fn split(&self, slow: &mut Slow, snap: &Snapshot, now: u64) -> bool {
+        let Some((from, to, next)) = self.table.next_split(snap.gen) else {
             return false;
         };
-        let (Some((src, src_gate)), Some((dst, dst_gate))) =
-            (self.table.bucket(from), self.table.bucket(to))
+        let (Some((src, _)), Some((dst, _))) = (self.table.bucket(from), self.table.bucket(to))
         else {
             return false;
         };
-        if !src_gate.same_generation(dst_gate) {
+        if !self.same_scale(from, to, snap, now) {
             return false;
         }
         // The new bucket was never used, and takes at most the old one's four keys.
@@ -62,21 +60,55 @@ impl<K> KeyedRateLimiter<K> {
         true
     }
 
+    /// Before a move from bucket `a` to bucket `b`: `true` once their groups are at the same
+    /// generation, so the TAT can move as it is. They differ only while a quota change is in
+    /// progress and has rescaled one group and not yet the other; then the one behind is
+    /// rescaled now, under this lock, as the change's walk would have — the walk skips groups
+    /// already at its generation, so every group (and every TAT, moved or not) is rescaled
+    /// exactly once.
+    pub(super) fn same_scale(&self, a: usize, b: usize, snap: &Snapshot, now: u64) -> bool {
+        let (Some((ga, wa)), Some((gb, wb))) = (self.table.group_of(a), self.table.group_of(b))
+        else {
+            return false;
+        };
+        if ga.same_generation(gb) {
+            return true;
+        }
+        // Groups differ only during a change, which the snapshot (read under this lock, which
+        // every group's rescale takes) shows: the one behind is one generation behind.
+        let Some(prev) = snap.prev else {
+            return false;
+        };
+        for (gate, buckets) in [(ga, wa), (gb, wb)] {
+            if !gate.is_at(snap.gen) {
+                gate.rescale(snap.gen, tat_words(buckets), &prev, &snap.cur, now);
+            }
+        }
+        ga.same_generation(gb)
+    }
+
     /// Frees a slot in one of `home`'s buckets by moving one of their keys to its other
     /// bucket — after moving a key there to its own other bucket, and so on, if need be (a
     /// cuckoo path of at most [`MOVES`] moves, shortest first) — only between groups at the
     /// same generation. The slot freed.
-    pub(super) fn make_room(&self, slow: &mut Slow, home: [usize; 2]) -> Option<Place<'_>> {
+    pub(super) fn make_room(
+        &self,
+        slow: &mut Slow,
+        home: [usize; 2],
+        snap: &Snapshot,
+        now: u64,
+    ) -> Option<Place<'_>> {
         let buckets = if home[0] == home[1] {
             &home[..1]
         } else {
             &home[..]
         };
+        let at = (snap, now);
         for depth in 0..MOVES {
             for &p in buckets {
                 let (bucket, gate) = self.table.bucket(p)?;
                 for slot in &bucket.0 {
-                    if self.push_out(slow, slot, p, gate, depth) {
+                    if self.push_out(slow, slot, p, at, depth) {
                         return Some(Place { slot, gate });
                     }
                 }
@@ -85,23 +117,27 @@ impl<K> KeyedRateLimiter<K> {
         None
     }
 
-    /// Moves the live key in `x` (in bucket `p`, whose group's gate is `gate`) to a free slot
-    /// of its other bucket; with `depth` > 0 and none free there, first frees one by pushing
-    /// one of its keys out in turn (`depth − 1` further). `true` if `x` is free now.
-    fn push_out(&self, slow: &mut Slow, x: &Slot, p: usize, gate: &Gate, depth: usize) -> bool {
+    /// Moves the live key in `x` (in bucket `p`) to a free slot of its other bucket; with
+    /// `depth` > 0 and none free there, first frees one by pushing one of its keys out in turn
+    /// (`depth − 1` further). `true` if `x` is free now.
+    fn push_out(
+        &self,
+        slow: &mut Slow,
+        x: &Slot,
+        p: usize,
+        at: (&Snapshot, u64),
+        depth: usize,
+    ) -> bool {
         let Some(alt) = x.live_key().and_then(|fp| self.table.other(fp, p)) else {
             return false;
         };
-        let Some((bucket, alt_gate)) = self.table.bucket(alt) else {
+        let Some((bucket, _)) = self.table.bucket(alt) else {
             return false;
         };
-        if !gate.same_generation(alt_gate) {
-            return false;
-        }
         let to = match bucket.0.iter().find(|s| s.is_free()) {
             Some(to) => to,
             None if depth > 0 => {
-                let pushed = |y: &&Slot| self.push_out(slow, y, alt, alt_gate, depth - 1);
+                let pushed = |y: &&Slot| self.push_out(slow, y, alt, at, depth - 1);
                 match bucket.0.iter().find(pushed) {
                     Some(y) => y,
                     None => return false,
@@ -109,6 +145,9 @@ impl<K> KeyedRateLimiter<K> {
             }
             None => return false,
         };
+        if !self.same_scale(p, alt, at.0, at.1) {
+            return false;
+        }
         self.relocate(slow, x, to);
         true
     }
@@ -141,4 +180,11 @@ impl<K> KeyedRateLimiter<K> {
         // The resumable sweep may have passed `to` already in its current pass.
         slow.saw_live(tat);
     }
+}
+
+/// The TAT words of `buckets`.
+pub(super) fn tat_words(buckets: &[Bucket]) -> impl Iterator<Item = &AtomicU64> {
+    buckets
+        .iter()
+        .flat_map(|b| b.0.iter().map(|slot| &slot.tat))
 }

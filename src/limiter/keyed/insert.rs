@@ -83,7 +83,7 @@ impl<K> KeyedRateLimiter<K> {
             return Ok(Step::Overflow);
         }
         // First, so that the buckets looked at below are the key's for good.
-        self.grow(slow, snap.gen);
+        self.grow(slow, snap, now);
         let dead = match self.held(fp) {
             Held::Live(place) => {
                 // Placed by another thread since our lock-free look: step it as usual.
@@ -104,7 +104,7 @@ impl<K> KeyedRateLimiter<K> {
         if self.len() >= self.max_keys && !self.free_one(slow, fp, now) {
             return Ok(Step::Overflow);
         }
-        if let Some(place) = dead.or_else(|| self.room_for(slow, fp, now)) {
+        if let Some(place) = dead.or_else(|| self.room_for(slow, fp, snap, now)) {
             return self.place(slow, place, snap, now, ask).map(Step::Done);
         }
         if self.len() >= self.max_keys {
@@ -166,7 +166,13 @@ impl<K> KeyedRateLimiter<K> {
     /// A slot for the new key `fp` in its buckets (the table has grown if it had to): a free
     /// one, an idle key's slot swept, or one freed by moving keys to their other buckets.
     /// `None` for fp 0 or if all of that fails.
-    pub(super) fn room_for(&self, slow: &mut Slow, fp: u64, now: u64) -> Option<Place<'_>> {
+    pub(super) fn room_for(
+        &self,
+        slow: &mut Slow,
+        fp: u64,
+        snap: &Snapshot,
+        now: u64,
+    ) -> Option<Place<'_>> {
         if fp == 0 {
             return None;
         }
@@ -174,7 +180,7 @@ impl<K> KeyedRateLimiter<K> {
         home.iter()
             .find_map(|&p| self.table.free_in(p))
             .or_else(|| self.sweep_home(home, now))
-            .or_else(|| self.make_room(slow, home))
+            .or_else(|| self.make_room(slow, home, snap, now))
     }
 
     /// Frees the first idle key's slot in `home`'s buckets, if any.

@@ -291,6 +291,11 @@ impl Store {
         Some((segment.gates.get(off / GROUP_BUCKETS)?, buckets))
     }
 
+    /// The group of bucket `p`: its gate and its buckets, if allocated.
+    pub(super) fn group_of(&self, p: usize) -> Option<(&Gate, &[Bucket])> {
+        self.group(p / GROUP_BUCKETS)
+    }
+
     /// The bucket the next split creates and the bucket it splits, with the shape after it;
     /// `None` if the table is at its largest or the new bucket's segment cannot be allocated
     /// (a new segment's gates are marked at generation `gen`). Under the insert lock.
