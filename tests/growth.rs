@@ -37,25 +37,28 @@ fn mix(x: u64) -> u64 {
     x ^ (x >> 29)
 }
 
-const THREADS: u64 = 8;
+/// Threads inserting keys in the growth race.
+const INSERTERS: u64 = 6;
+/// Threads checking only the hot keys, as fast as they can, while the others insert.
+const HAMMERS: u64 = 2;
 /// The per-key burst of the growth race: large, so every check of a key is an allow (a CAS)
 /// unless the key was drained on purpose.
-const BURST: u64 = 1_000_000;
-/// Keys checked by every thread after every insert, so that moves race allows on them.
+const BURST: u64 = 1_000_000_000;
+/// Keys the hammer threads check without pause, so that moves race allows on them.
 const HOT: u64 = 64;
 
-/// 8 threads insert keys 0..n (thread t the keys ≡ t mod 8, in order) into a table that starts
-/// at 64 buckets and grows to n/3, and after each insert check four keys already tracked —
-/// two of the 64 hot keys, one of their own, one of another thread's — so splits and cuckoo
-/// moves race allows on the keys they move. A quarter of the keys are drained on insertion and
-/// must stay denied through all later growth. The clock is frozen, so afterwards each key's
-/// remaining capacity is exactly its burst minus the units it was allowed: no allow lost in a
-/// move, none counted twice, no key reset.
+/// 8 threads on a table that starts at 64 buckets and grows to n/3: 6 insert keys 64..n
+/// (thread t the keys ≡ t mod 6, in order) and after each insert check two keys already
+/// tracked, one of their own and one of another thread's; 2 check the 64 hot keys without
+/// pause. So splits and cuckoo moves race allows on the keys they move. A quarter of the keys
+/// are drained on insertion and must stay denied through all later growth. The clock is
+/// frozen, so afterwards each key's remaining capacity is exactly its burst less the units it
+/// was allowed: no allow lost in a move, none counted twice, no key reset.
 #[test]
 fn eight_threads_check_while_the_table_grows_to_a_million_keys() {
     let n = million();
     let clock = ManualClock::at(Duration::from_secs(1_000));
-    let lim = KeyedRateLimiter::<u64>::builder(q("1/s;burst=1000000"))
+    let lim = KeyedRateLimiter::<u64>::builder(q("1/s;burst=1000000000"))
         .clock(&clock)
         .build();
     let start_bytes = lim.table_bytes();
@@ -63,25 +66,40 @@ fn eight_threads_check_while_the_table_grows_to_a_million_keys() {
         assert!(lim.check_key(&k).is_permitted());
     }
     let allowed: Vec<AtomicU64> = (0..n).map(|k| AtomicU64::new(u64::from(k < HOT))).collect();
-    // Keys each thread has inserted so far: thread u's keys u, u + 8, … below the count.
-    let progress: Vec<AtomicU64> = (0..THREADS).map(|_| AtomicU64::new(0)).collect();
-    let drained_allowed_again = AtomicU64::new(0);
-    let barrier = Barrier::new(THREADS as usize);
+    // Keys each inserter has inserted so far: thread u's keys 64 + u, 64 + u + 6, … below it.
+    let progress: Vec<AtomicU64> = (0..INSERTERS).map(|_| AtomicU64::new(0)).collect();
+    let (drained_allowed_again, inserting) = (AtomicU64::new(0), AtomicU64::new(INSERTERS));
+    let barrier = Barrier::new((INSERTERS + HAMMERS) as usize);
+    let check = |k: u64, cost: u64| {
+        // One unit takes the lock-free fast path, a larger cost the general one.
+        let v = match cost {
+            1 => lim.check_key(&k),
+            _ => lim.check_key_n(&k, cost).unwrap(),
+        };
+        if v.is_permitted() {
+            allowed[k as usize].fetch_add(cost, Ordering::Relaxed);
+        }
+        v.is_permitted()
+    };
     thread::scope(|s| {
-        for t in 0..THREADS {
-            let (lim, allowed, progress, barrier) = (&lim, &allowed, &progress, &barrier);
-            let drained_allowed_again = &drained_allowed_again;
+        for t in 0..HAMMERS {
+            let (check, barrier, inserting) = (&check, &barrier, &inserting);
             s.spawn(move || {
-                let check = |k: u64, cost: u64| {
-                    let ok = lim.check_key_n(&k, cost).unwrap().is_permitted();
-                    if ok {
-                        allowed[k as usize].fetch_add(cost, Ordering::Relaxed);
-                    }
-                    ok
-                };
+                barrier.wait();
+                let mut i = t;
+                while inserting.load(Ordering::Relaxed) > 0 {
+                    assert!(check(mix(i) % HOT, 1), "a hot key");
+                    i += 1;
+                }
+            });
+        }
+        for t in 0..INSERTERS {
+            let (check, progress, barrier) = (&check, &progress, &barrier);
+            let (drained_allowed_again, inserting) = (&drained_allowed_again, &inserting);
+            s.spawn(move || {
                 barrier.wait();
                 for done in 0.. {
-                    let k = HOT + t + THREADS * done;
+                    let k = HOT + t + INSERTERS * done;
                     if k >= n {
                         break;
                     }
@@ -94,20 +112,18 @@ fn eight_threads_check_while_the_table_grows_to_a_million_keys() {
                     }
                     // Release: a thread that reads the count finds these keys tracked.
                     progress[t as usize].store(done + 1, Ordering::Release);
-                    for h in [mix(k) % HOT, k % HOT] {
-                        assert!(check(h, 1), "hot key {h}");
-                    }
-                    for (u, salt) in [(t, 1), (mix(k) % THREADS, 2)] {
+                    for (u, salt) in [(t, 1), (mix(k) % INSERTERS, 2)] {
                         let inserted = progress[u as usize].load(Ordering::Acquire);
                         if inserted == 0 {
                             continue;
                         }
-                        let r = HOT + u + THREADS * (mix(k ^ salt) % inserted);
+                        let r = HOT + u + INSERTERS * (mix(k ^ salt) % inserted);
                         if check(r, 1) && r % 4 == 0 {
                             drained_allowed_again.fetch_add(1, Ordering::Relaxed);
                         }
                     }
                 }
+                inserting.fetch_sub(1, Ordering::Relaxed);
             });
         }
     });
@@ -170,7 +186,6 @@ fn memory_follows_the_live_keys_not_the_cap() {
 fn a_quota_change_racing_growth_keeps_every_fill_level() {
     const INSERTERS: u64 = 4;
     const CHECKERS: u64 = 2;
-    const HOT: u64 = 64;
     let fresh = if cfg!(debug_assertions) {
         30_000
     } else {

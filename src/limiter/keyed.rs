@@ -316,6 +316,14 @@ impl<K> KeyedRateLimiter<K> {
         self.guard.as_ref()?.priorities.as_ref()
     }
 
+    /// [`check_key`](Self::check_key) past the fast path: new keys, byte budgets, quota
+    /// changes, anything attached. Out of line, so the fast path keeps its registers.
+    #[inline(never)]
+    fn check_fp(&self, fp: u64) -> Verdict {
+        let snap = self.params.load_check();
+        self.step_key(Ask::plain(fp, 1, snap.cur.unit()), &snap)
+    }
+
     /// [`check_key_with`](Self::check_key_with) with something attached: the class's
     /// tolerance, the retry budget (peek, step, debit), the counts.
     #[inline(never)]
@@ -360,9 +368,11 @@ impl<K: Hash> KeyedRateLimiter<K> {
         K: Borrow<Q>,
         Q: Hash + ?Sized,
     {
-        let snap = self.params.load_check();
         let fp = self.fingerprinter.fingerprint(key);
-        self.step_key(Ask::plain(fp, 1, snap.cur.unit()), &snap)
+        match self.check_fast(fp) {
+            Some(v) => v,
+            None => self.check_fp(fp),
+        }
     }
 
     /// Checks `cost` units for `key`: all or nothing. A cost of 0 reports the remaining

@@ -87,6 +87,34 @@ impl<K> KeyedRateLimiter<K> {
         ga.same_generation(gb)
     }
 
+    /// Frees a slot in the full bucket `p` by moving a key that lives there as its second
+    /// choice back to its first bucket, if that has a free slot: both keys then sit in their
+    /// first bucket. The slot freed.
+    pub(super) fn bring_home(
+        &self,
+        slow: &mut Slow,
+        p: usize,
+        snap: &Snapshot,
+        now: u64,
+    ) -> Option<Place<'_>> {
+        let (bucket, gate) = self.table.bucket(p)?;
+        for slot in &bucket.0 {
+            let Some(first) = slot.live_key().map(|fp| self.table.home(fp)[0]) else {
+                continue;
+            };
+            if first == p {
+                continue;
+            }
+            if let Some(to) = self.table.free_in(first) {
+                if self.same_scale(p, first, snap, now) {
+                    self.relocate(slow, slot, to.slot);
+                    return Some(Place { slot, gate });
+                }
+            }
+        }
+        None
+    }
+
     /// Frees a slot in one of `home`'s buckets by moving one of their keys to its other
     /// bucket — after moving a key there to its own other bucket, and so on, if need be (a
     /// cuckoo path of at most [`MOVES`] moves, shortest first) — only between groups at the

@@ -221,17 +221,36 @@ impl Store {
         buckets_of_shape(self.shape.load(Ordering::Acquire))
     }
 
-    /// Finds the slot holding `fp` (live or dead) in its two buckets, without locking.
+    /// Finds the slot holding `fp` (live or dead) in its two buckets, without locking, and
+    /// the gate of its group. `None` for fp 0, which marks free slots.
     #[inline]
     pub(super) fn find(&self, fp: u64) -> Option<Place<'_>> {
+        let (segment, off, slot) = self.find_in_segment(fp)?;
+        Some(Place {
+            slot,
+            gate: segment.gates.get(off / GROUP_BUCKETS)?,
+        })
+    }
+
+    /// [`find`](Self::find) without the gate, for a check in steady state.
+    #[inline]
+    pub(super) fn find_slot(&self, fp: u64) -> Option<&Slot> {
+        Some(self.find_in_segment(fp)?.2)
+    }
+
+    #[inline(always)]
+    fn find_in_segment(&self, fp: u64) -> Option<(&Segment, usize, &Slot)> {
+        if fp == 0 {
+            return None;
+        }
         let shape = self.shape.load(Ordering::Acquire);
         let [h1, h2] = hashes(fp);
         self.find_in(bucket_index(shape, h1), fp)
             .or_else(|| self.find_in(bucket_index(shape, h2), fp))
     }
 
-    #[inline]
-    fn find_in(&self, p: usize, fp: u64) -> Option<Place<'_>> {
+    #[inline(always)]
+    fn find_in(&self, p: usize, fp: u64) -> Option<(&Segment, usize, &Slot)> {
         let (seg, off) = locate(p);
         let segment = self.segments.get(seg)?.get()?;
         let bucket = segment.buckets.get(off)?;
@@ -240,10 +259,7 @@ impl Store {
             .0
             .iter()
             .find(|slot| slot.key.load(Ordering::Acquire) == fp)?;
-        Some(Place {
-            slot,
-            gate: segment.gates.get(off / GROUP_BUCKETS)?,
-        })
+        Some((segment, off, slot))
     }
 
     /// `fp`'s two candidate buckets (the same one twice if both hashes name it). Under the

@@ -15,6 +15,32 @@ use crate::limiter::guard::{self, Guard};
 use crate::shaping::priority;
 
 impl<K> KeyedRateLimiter<K> {
+    /// One unit for a tracked key, with nothing attached and a request quota in steady state
+    /// — the common check: the three-word snapshot, the key's slot, one step. `None` sends the
+    /// check the general way: a new key, a byte budget, a quota change, anything attached, a
+    /// slot that died or changed hands under it.
+    #[inline]
+    pub(super) fn check_fast(&self, fp: u64) -> Option<Verdict> {
+        if self.guard.is_some() {
+            return None;
+        }
+        let (t, tau, seq) = self.params.load_request()?;
+        let slot = self.table.find_slot(fp)?;
+        let p = Params::request(t, tau);
+        let a = Attempt {
+            now: self.clock.now_nanos(),
+            p: &p,
+            w: t,
+        };
+        let ours = || slot.key.load(Ordering::Acquire) == fp;
+        // The steady snapshot needs no gate: a change would have moved `seq`.
+        let valid = || ours() && self.params.unchanged(seq);
+        let fresh = || self.clock.now_nanos();
+        let v = cell::step_checked(&slot.tat, a, tau, DenyReason::Quota, valid, ours, fresh)?;
+        self.counters.count(&v);
+        Some(v)
+    }
+
     #[inline(always)]
     pub(super) fn now(&self) -> u64 {
         match &self.guard {
