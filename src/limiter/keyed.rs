@@ -102,7 +102,7 @@ pub const MAX_KEYS_LIMIT: usize = u32::MAX as usize;
 /// 64-byte bucket (four 16-byte slots) per three new keys, so it holds its keys at three
 /// quarters load — about 21½ bytes per live key at any number of keys — plus at most one
 /// partly used segment (up to 1 MiB) and a directory of 40 bytes per segment the cap allows
-/// (1.2 KiB at the default cap of 2^20 keys). [`table_bytes`](Self::table_bytes) reports what
+/// (1.1 KiB at the default cap of 2^20 keys). [`table_bytes`](Self::table_bytes) reports what
 /// the table occupies now. It does not shrink: when keys go idle their slots are reused by
 /// the keys that come next.
 ///

@@ -111,7 +111,7 @@ impl<K> KeyedRateLimiterBuilder<K> {
 
     /// Builds the limiter. The table starts small (4 KiB of slots) and grows with the keys
     /// tracked, up to what `max_keys` keys need; only the directory of its segments is sized
-    /// for `max_keys` now (40 bytes per MiB the full table would take). If the allocator
+    /// for `max_keys` now (40 bytes per MiB of the largest table). If the allocator
     /// refuses even that, the bound is halved until it agrees:
     /// [`KeyedRateLimiter::max_keys`] reports the bound in force. Never panics.
     pub fn build(self) -> KeyedRateLimiter<K> {

@@ -67,6 +67,13 @@ impl<K> KeyedRateLimiter<K> {
     /// already at its generation, so every group (and every TAT, moved or not) is rescaled
     /// exactly once.
     pub(super) fn same_scale(&self, a: usize, b: usize, snap: &Snapshot, now: u64) -> bool {
+        // Groups differ only during a change, which the snapshot (read under this lock, which
+        // every group's rescale takes) shows; the one behind is one generation behind. With
+        // no change in progress when it was read, none can rescale a group before the lock is
+        // released, and every group (new ones too) is at the snapshot's generation.
+        let Some(prev) = snap.prev else {
+            return true;
+        };
         let (Some((ga, wa)), Some((gb, wb))) = (self.table.group_of(a), self.table.group_of(b))
         else {
             return false;
@@ -74,11 +81,6 @@ impl<K> KeyedRateLimiter<K> {
         if ga.same_generation(gb) {
             return true;
         }
-        // Groups differ only during a change, which the snapshot (read under this lock, which
-        // every group's rescale takes) shows: the one behind is one generation behind.
-        let Some(prev) = snap.prev else {
-            return false;
-        };
         for (gate, buckets) in [(ga, wa), (gb, wb)] {
             if !gate.is_at(snap.gen) {
                 gate.rescale(snap.gen, tat_words(buckets), &prev, &snap.cur, now);

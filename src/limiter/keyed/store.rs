@@ -16,7 +16,7 @@
 //! | 9 and later | 16 384 each | 1 MiB each |
 //!
 //! The directory of segments (40 bytes per segment) is sized for `max_keys` when the limiter
-//! is built: 1.2 KiB at the default cap, 3.4 MiB at the largest. A new table occupies 4 KiB
+//! is built: 1.1 KiB at the default cap, 3.3 MiB at the largest. A new table occupies 4 KiB
 //! of buckets; a grown one at most one segment (≤ 1 MiB) more than the buckets it uses.
 //!
 //! # Addressing: linear hashing, two choices
@@ -419,7 +419,15 @@ mod tests {
         let s = Store::new(crate::limiter::keyed::DEFAULT_MAX_KEYS).unwrap();
         assert_eq!(s.buckets_in_use(), FIRST);
         assert!(s.bytes() < 8 << 10, "{} bytes", s.bytes());
-        let (seg, _) = locate(crate::limiter::keyed::MAX_KEYS_LIMIT.div_ceil(KEYS_PER_BUCKET));
-        assert!(seg * core::mem::size_of::<OnceLock<Segment>>() < 4 << 20);
+        assert_eq!(
+            core::mem::size_of::<OnceLock<Segment>>(),
+            40,
+            "as the docs say"
+        );
+        let default = locate(s.max_buckets - 1).0 + 1;
+        assert_eq!(default * 40, 1_160, "1.1 KiB at the default cap");
+        let max = crate::limiter::keyed::MAX_KEYS_LIMIT.div_ceil(KEYS_PER_BUCKET);
+        let largest = (locate(max - 1).0 + 1) * 40;
+        assert!((3 << 20..7 << 19).contains(&largest), "3.3 MiB: {largest}");
     }
 }
