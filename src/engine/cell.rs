@@ -86,12 +86,15 @@ pub(crate) fn step_within(
 }
 
 /// [`step_within`] on a word that can change hands: a keyed slot, which a sweep or a move may
-/// empty and hand to another key whose TAT happens to equal the one read here (an ABA that
+/// kill and hand to another key whose TAT happens to equal the one read here (an ABA that
 /// `still_ours`, asked before the compare-and-swap, cannot see). `landed` is asked after a
-/// successful compare-and-swap; if the word was no longer ours when it landed, the write is
-/// undone and `None` returned, as for a dead word. The undo is itself a compare-and-swap: if
-/// the new owner stepped the word in between, it keeps the extra weight (a denial too early,
-/// never an allow too many).
+/// successful compare-and-swap: `false` if another key holds the word now. Then either the
+/// write landed on that key's cell — the word still holds it, so it is undone and `None`
+/// returned, as for a dead word — or our key was moved away after the write landed, carrying
+/// it, and the word was reused: the word holds something else, and the step stands. (Both
+/// readings fail only when the new owner steps the word between our write and the undo, or
+/// installs exactly our value: it then keeps our weight, a denial too early, never an allow
+/// too many.)
 #[inline]
 pub(crate) fn step_checked(
     word: &AtomicU64,
@@ -128,10 +131,15 @@ pub(crate) fn step_checked(
         };
         match word.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) if landed() => return Some(verdict(outcome, &told, reason)),
+            // Another key holds the word. If it still holds our write, the write landed on that
+            // key's cell (an ABA): undo it and look again. If the word moved on, our key held
+            // it when we wrote and was since moved away with our write in its TAT (and the
+            // word reused): the step stands. Relaxed on failure: nothing is read then.
             Ok(_) => {
-                // Relaxed on failure: nothing is read from the word then.
-                let _ = word.compare_exchange(next, cur, Ordering::AcqRel, Ordering::Relaxed);
-                return None;
+                let undone = word
+                    .compare_exchange(next, cur, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok();
+                return (!undone).then(|| verdict(outcome, &told, reason));
             }
             Err(actual) => {
                 cur = actual;
@@ -271,6 +279,15 @@ mod tests {
         let v = step_checked(&word, a, p.tau, quota, || true, || true, || 100);
         assert!(matches!(v, Some(Verdict::Allow(_))));
         assert_eq!(word.load(Ordering::Relaxed), 160);
+        // Our key was moved away (carrying the write) and the word reused before we looked:
+        // the word no longer holds our write, so the step stands.
+        let moved = || {
+            word.store(7, Ordering::Relaxed);
+            false
+        };
+        let v = step_checked(&word, a, p.tau, quota, || true, moved, || 100);
+        assert!(matches!(v, Some(Verdict::Allow(_))), "counted once");
+        assert_eq!(word.load(Ordering::Relaxed), 7, "the new owner's TAT stays");
     }
 
     #[test]

@@ -10,9 +10,9 @@
 //!
 //! | word | value | meaning |
 //! |---|---|---|
-//! | `key` | 0 | free: never used, or emptied by a move |
+//! | `key` | 0 | never used |
 //! | `key` | fp | holds (or held) the key with fingerprint `fp` |
-//! | `tat` | [`TOMBSTONE`] | dead: swept or moved away; reusable by any key |
+//! | `tat` | [`TOMBSTONE`] | dead: swept, or moved away; reusable by any key |
 //! | `tat` | other | the key's TAT |
 //!
 //! Slots sit four to a bucket (one cache line). A key lives in one of its two candidate
@@ -30,11 +30,19 @@
 //! go on without it. A move first kills the old copy with a compare-and-swap of its TAT to
 //! [`TOMBSTONE`] (an allow that lands first is carried along; one that comes later fails),
 //! then writes the new copy: a key never has two live copies, so no step is ever lost or
-//! counted twice. A check that meets the dead copy, or finds neither, takes the insert path,
-//! which waits for the lock and finds the key where the move left it. A slot emptied by a move
-//! can be handed to another key whose TAT happens to equal one a slow check read from the old
-//! key; that check verifies the slot's key again after its compare-and-swap and undoes it
-//! (`cell::step_checked`).
+//! counted twice. Lookups pass over dead copies; a check that meets one under its feet, or
+//! finds no copy, takes the insert path, which waits for the lock and finds the key where the
+//! move left it.
+//!
+//! A dead slot (swept, or left by a move) can be handed to another key whose TAT happens to
+//! equal one a stalled check read from the old key before its compare-and-swap (an ABA). So a
+//! check looks at the slot's key again after its compare-and-swap lands: if another key holds
+//! the slot, it undoes its write and looks its own key up again (`cell::step_checked`). A
+//! moved key's dead copy keeps its fingerprint until the slot is reused, so a check whose
+//! compare-and-swap landed just before a move still finds its own key there and keeps its
+//! step; only if the slot is also reused before that second look (the check stalled between
+//! two instructions while two inserts ran) does it count its weight twice — a denial early,
+//! never an allow too many.
 //!
 //! A move carries a TAT as it is, so it happens only between groups at the same generation of
 //! a quota change (`Gate::same_generation`): a quota change rescales each group once, under

@@ -204,8 +204,9 @@ impl<K> KeyedRateLimiter<K> {
                 Err(actual) => tat = actual,
             }
         }
-        // Free now. Release: a reader that sees the key gone sees the tombstone.
-        from.key.store(0, Ordering::Release);
+        // The old slot stays a dead copy of `fp` (free for any key) until it is reused: a check
+        // whose compare-and-swap landed just before the move still finds its key there when
+        // it looks again after it (`cell::step_checked`), so it does not count itself twice.
         store::install(to, fp, tat);
         // The resumable sweep may have passed `to` already in its current pass.
         slow.saw_live(tat);

@@ -124,9 +124,8 @@ impl<K> KeyedRateLimiter<K> {
         Ok(Step::Done(v))
     }
 
-    /// `fp`'s slot in its two buckets, live or dead (under the insert lock). A key has at most
-    /// one: a move empties the slot it leaves, and a key that comes back after a sweep is put
-    /// back in its dead slot.
+    /// `fp`'s slot in its two buckets (under the insert lock): its live one, else a dead copy
+    /// (left by a sweep or a move) to go back to. A key has at most one live slot.
     pub(super) fn held(&self, fp: u64) -> Held<'_> {
         if fp == 0 {
             return Held::Absent;

@@ -221,8 +221,8 @@ impl Store {
         buckets_of_shape(self.shape.load(Ordering::Acquire))
     }
 
-    /// Finds the slot holding `fp` (live or dead) in its two buckets, without locking, and
-    /// the gate of its group. `None` for fp 0, which marks free slots.
+    /// Finds the live slot of `fp` in its two buckets, without locking, and the gate of its
+    /// group. `None` for fp 0, which marks never-used slots.
     #[inline]
     pub(super) fn find(&self, fp: u64) -> Option<Place<'_>> {
         let (segment, off, slot) = self.find_in_segment(fp)?;
@@ -254,11 +254,11 @@ impl Store {
         let (seg, off) = locate(p);
         let segment = self.segments.get(seg)?.get()?;
         let bucket = segment.buckets.get(off)?;
-        // Acquire: pairs with the Release store that placed the key, so its TAT is seen.
-        let slot = bucket
-            .0
-            .iter()
-            .find(|slot| slot.key.load(Ordering::Acquire) == fp)?;
+        // Acquire: pairs with the Release store that placed the key, so its TAT is seen. A
+        // dead copy (swept, or left by a move) is passed over: the key may live on elsewhere.
+        let slot = bucket.0.iter().find(|slot| {
+            slot.key.load(Ordering::Acquire) == fp && slot.tat.load(Ordering::Acquire) != TOMBSTONE
+        })?;
         Some((segment, off, slot))
     }
 
