@@ -328,6 +328,13 @@ impl<K> KeyedRateLimiter<K> {
     /// changes, anything attached. Out of line, so the fast path keeps its registers.
     #[inline(never)]
     fn check_fp(&self, fp: u64) -> Verdict {
+        if let Some(v) = self
+            .guard
+            .as_ref()
+            .and_then(|g| self.check_fast_guarded(g, fp))
+        {
+            return v;
+        }
         let snap = self.params.load_check();
         self.step_key(Ask::plain(fp, 1, snap.cur.unit()), &snap)
     }

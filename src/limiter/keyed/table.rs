@@ -15,10 +15,11 @@ use crate::limiter::guard::{self, Guard};
 use crate::shaping::priority;
 
 impl<K> KeyedRateLimiter<K> {
-    /// One unit for a tracked key, with nothing attached and a request quota in steady state
-    /// — the common check: the three-word snapshot, the key's slot, one step. `None` sends the
-    /// check the general way: a new key, a byte budget, a quota change, anything attached, a
-    /// slot that died or changed hands under it.
+    /// One unit for a tracked key under a request quota in steady state — the common check:
+    /// the three-word snapshot, the key's slot, one step. `None` sends the check the general
+    /// way: a new key, a byte budget, a quota change, a slot that died or changed hands under
+    /// it, anything attached (which tries [`check_fast_guarded`](Self::check_fast_guarded)
+    /// there, out of this path's way).
     #[inline]
     pub(super) fn check_fast(&self, fp: u64) -> Option<Verdict> {
         if self.guard.is_some() {
@@ -38,6 +39,26 @@ impl<K> KeyedRateLimiter<K> {
         let fresh = || self.clock.now_nanos();
         let v = cell::step_checked(&slot.tat, a, tau, DenyReason::Quota, valid, ours, fresh)?;
         self.counters.count(&v);
+        Some(v)
+    }
+
+    /// [`check_fast`](Self::check_fast) with a guard attached: its clock, and its count; a
+    /// pass-through goes the general way.
+    #[inline]
+    pub(super) fn check_fast_guarded(&self, g: &Guard, fp: u64) -> Option<Verdict> {
+        let (t, tau, seq) = self.params.load_request()?;
+        let slot = self.table.find_slot(fp)?;
+        let now = g.now(&self.clock);
+        if g.pass_reason(now).is_some() {
+            return None;
+        }
+        let p = Params::request(t, tau);
+        let a = Attempt { now, p: &p, w: t };
+        let ours = || slot.key.load(Ordering::Acquire) == fp;
+        let valid = || ours() && self.params.unchanged(seq);
+        let fresh = || self.now();
+        let v = cell::step_checked(&slot.tat, a, tau, DenyReason::Quota, valid, ours, fresh)?;
+        g.observe(&self.counters, &v, Some(fp), false, || now);
         Some(v)
     }
 
