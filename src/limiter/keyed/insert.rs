@@ -176,11 +176,12 @@ impl<K> KeyedRateLimiter<K> {
             return None;
         }
         let home = self.table.home(fp);
-        // The first bucket if it can be had: most keys then cost a lookup one cache line.
+        // A free slot in either bucket (both read by the lookup that sent the key here), else
+        // the first bucket if a key living there as its second choice can go home.
         self.table
             .free_in(home[0])
-            .or_else(|| self.bring_home(slow, home[0], snap, now))
             .or_else(|| self.table.free_in(home[1]))
+            .or_else(|| self.bring_home(slow, home[0], snap, now))
             .or_else(|| self.sweep_home(home, now))
             .or_else(|| self.make_room(slow, home, snap, now))
     }
