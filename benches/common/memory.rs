@@ -135,7 +135,10 @@ fn probe_small(tq: Quota) {
     // The whole limiter: its table and the struct itself (its verdict counters, 9 KiB, are
     // in the RSS figure only).
     let table = first.table_bytes() + std::mem::size_of_val(&first);
-    println!("MEMPROBE rss={grown} table={table} len={} keys=10", first.len());
+    println!(
+        "MEMPROBE rss={grown} table={table} len={} keys=10",
+        first.len()
+    );
     std::mem::forget((first, lims));
 }
 

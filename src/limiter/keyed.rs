@@ -12,7 +12,7 @@
 //! |---|---|---|
 //! | `key` | 0 | never used |
 //! | `key` | fp | holds (or held) the key with fingerprint `fp` |
-//! | `tat` | [`TOMBSTONE`] | dead: swept, or moved away; reusable by any key |
+//! | `tat` | [`TOMBSTONE`](crate::engine::cell::TOMBSTONE) | dead: swept, or moved away; reusable by any key |
 //! | `tat` | other | the key's TAT |
 //!
 //! Slots sit four to a bucket (one cache line). A key lives in one of its two candidate
@@ -26,28 +26,9 @@
 //!
 //! # Moving a key while checks run
 //!
-//! Growth and making room move live keys between buckets, under the insert lock, while checks
-//! go on without it. A move first kills the old copy with a compare-and-swap of its TAT to
-//! [`TOMBSTONE`] (an allow that lands first is carried along; one that comes later fails),
-//! then writes the new copy: a key never has two live copies, so no step is ever lost or
-//! counted twice. Lookups pass over dead copies; a check that meets one under its feet, or
-//! finds no copy, takes the insert path, which waits for the lock and finds the key where the
-//! move left it.
-//!
-//! A dead slot (swept, or left by a move) can be handed to another key whose TAT happens to
-//! equal one a stalled check read from the old key before its compare-and-swap (an ABA). So a
-//! check looks at the slot's key again after its compare-and-swap lands: if another key holds
-//! the slot, it undoes its write and looks its own key up again (`cell::step_checked`). A
-//! moved key's dead copy keeps its fingerprint until the slot is reused, so a check whose
-//! compare-and-swap landed just before a move still finds its own key there and keeps its
-//! step; only if the slot is also reused before that second look (the check stalled between
-//! two instructions while two inserts ran) does it count its weight twice — a denial early,
-//! never an allow too many.
-//!
-//! A move carries a TAT as it is, so it happens only between groups at the same generation of
-//! a quota change (`Gate::same_generation`): a quota change rescales each group once, under
-//! the same lock, and a moved TAT is neither rescaled twice nor missed. A new bucket's group
-//! is born at the generation in force, and the change skips groups already at its generation.
+//! Growth, and making room for a new key, move live keys between buckets under the insert lock
+//! while checks go on without it. `grow.rs` has the argument that no step is lost, counted
+//! twice or applied under the wrong quota meanwhile.
 
 use core::borrow::Borrow;
 use core::fmt;
