@@ -110,7 +110,7 @@ impl<K> KeyedRateLimiter<K> {
         if self.len() >= self.max_keys {
             return Ok(Step::Overflow);
         }
-        // Both buckets full even after moving keys (rare), or fp is 0 (which marks free
+        // Both buckets full even after moving keys (rare), or fp is 0 (which marks never-used
         // slots): the key spills.
         let p = Self::params_at(snap, &self.spill_gate);
         let w = Self::weight(&p, &ask).map_err(|_| &self.spill_gate)?;
