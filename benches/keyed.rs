@@ -184,6 +184,58 @@ fn on_threads(threads: usize, n: u64, per: u64, check: impl Fn(u64) + Sync) -> D
     })
 }
 
+/// Keys inserted while the table grows: each block builds a fresh limiter with the default
+/// builder (tollgate: `KeyedRateLimiter::new`, a cap of 2^20 keys; governor:
+/// `RateLimiter::keyed`) and checks `n` new keys `0..n` once each, in order; time per check.
+/// Building and dropping the limiters is outside the timed span.
+fn growth(s: &Settings, c: &mut criterion::Criterion, report: &mut Report) {
+    let name = "keyed/growth-1M";
+    let arms = ["tollgate", "governor"];
+    if !s.wants(name, &arms) {
+        return;
+    }
+    let q = Quota::per_second(nz(1)).with_burst(nz(BURST));
+    let gq = GQuota::per_second(nz(1)).allow_burst(nz(BURST));
+    let mut last_bytes = 0;
+    {
+        let last_bytes = &mut last_bytes;
+        report.run(
+            s,
+            c,
+            Case {
+                name: name.into(),
+                iters: s.iters(1_000_000),
+                arms: vec![
+                    arm("tollgate", |n| {
+                        let lim = KeyedRateLimiter::<u64>::new(q);
+                        let mut k = 0;
+                        let t = timed(n, || {
+                            sink(lim.check_key(&k));
+                            k += 1;
+                        });
+                        *last_bytes = lim.table_bytes();
+                        t
+                    }),
+                    arm("governor", |n| {
+                        let lim = GovernorLimiter::keyed(gq);
+                        let mut k = 0;
+                        timed(n, || {
+                            sink(lim.check_key(&k));
+                            k += 1;
+                        })
+                    }),
+                ],
+                ratios: vec![ratio("tollgate", "governor", None)],
+                criterion: false,
+            },
+        );
+    }
+    report.note(format!(
+        "{name}: after its last block tollgate's table held {} keys in {last_bytes} bytes.",
+        s.iters(1_000_000)
+    ));
+}
+
 /// Two threads on one shared key: time per check per thread, tollgate ÷ governor.
 fn two_threads_one_key(s: &Settings, c: &mut criterion::Criterion, report: &mut Report) {
     let name = "keyed/2-threads-one-key";
@@ -493,7 +545,19 @@ fn main() {
         500_000,
         t10k,
     );
-    let t1m = (Some(0.8), None);
+    let name = "keyed/100k-keys";
+    single(
+        &s,
+        &mut c,
+        &mut report,
+        name,
+        100_000,
+        None,
+        live,
+        500_000,
+        (Some(0.6), None),
+    );
+    let t1m = (Some(0.6), None);
     let m = Some(1_000_000);
     single(
         &s,
@@ -528,6 +592,7 @@ fn main() {
         1_000_000,
         t1m,
     );
+    growth(&s, &mut c, &mut report);
     two_threads_one_key(&s, &mut c, &mut report);
     let name = "keyed/2-threads-distinct-keys";
     two_threads_distinct(&s, &mut c, &mut report, name, None);

@@ -16,6 +16,9 @@ pub const PROBE_VAR: &str = "TOLLGATE_BENCH_MEM_PROBE";
 const KEYS_VAR: &str = "TOLLGATE_BENCH_MEM_KEYS";
 pub const PROBES: &[&str] = &[
     "tollgate-u64",
+    "tollgate-u64-cap4M",
+    "tollgate-u64-cap16M",
+    "tollgate-u64-10keys",
     "governor-u64",
     "tollgate-string17",
     "governor-string17",
@@ -64,14 +67,21 @@ pub fn probe(which: &str) {
         Vec::new()
     };
     assert!(strings.iter().all(|s| s.len() == 17));
+    if which == "tollgate-u64-10keys" {
+        return probe_small(tq);
+    }
     let before = rss();
     let (table, len) = match which {
-        "tollgate-u64" => {
-            let lim = KeyedRateLimiter::<u64>::builder(tq)
-                .max_keys(n as usize)
-                .build();
+        "tollgate-u64" | "tollgate-u64-cap4M" | "tollgate-u64-cap16M" => {
+            let builder = KeyedRateLimiter::<u64>::builder(tq);
+            let lim = match which {
+                "tollgate-u64-cap4M" => builder.max_keys(4 << 20).build(),
+                "tollgate-u64-cap16M" => builder.max_keys(16 << 20).build(),
+                _ => builder.max_keys(n as usize).build(),
+            };
             (0..n).for_each(|k| assert!(lim.check_key(&k).is_permitted()));
-            let out = (lim.table_bytes(), lim.len());
+            // The whole limiter: its table and the struct itself.
+            let out = (lim.table_bytes() + std::mem::size_of_val(&lim), lim.len());
             std::mem::forget(lim); // measured below, while still resident
             out
         }
@@ -108,6 +118,30 @@ pub fn probe(which: &str) {
     println!("MEMPROBE rss={grown} table={table} len={len} keys={n}");
 }
 
+/// Limiters from the default builder (a cap of 2^20 keys) holding 10 keys each: one built
+/// first to pay the process's one-time costs (the clock's calibration, allocator arenas), then
+/// 100 more, measured together; the line reports one of them.
+fn probe_small(tq: Quota) {
+    const LIMITERS: u64 = 100;
+    let build = || {
+        let lim = KeyedRateLimiter::<u64>::new(tq);
+        (0..10u64).for_each(|k| assert!(lim.check_key(&k).is_permitted()));
+        lim
+    };
+    let first = build();
+    let before = rss();
+    let lims: Vec<_> = (0..LIMITERS).map(|_| build()).collect();
+    let grown = rss().saturating_sub(before) / LIMITERS;
+    // The whole limiter: its table and the struct itself (its verdict counters, 9 KiB, are
+    // in the RSS figure only).
+    let table = first.table_bytes() + std::mem::size_of_val(&first);
+    println!(
+        "MEMPROBE rss={grown} table={table} len={} keys=10",
+        first.len()
+    );
+    std::mem::forget((first, lims));
+}
+
 /// The parent side: run every probe for `keys` keys and render a markdown table.
 pub fn run_all(keys: u64) -> String {
     let exe = std::env::current_exe().expect("current exe");
@@ -118,9 +152,9 @@ pub fn run_all(keys: u64) -> String {
     );
     let _ = writeln!(
         out,
-        "| store | key | table_bytes() / key | RSS growth / key | target |"
+        "| store | key | keys | cap (`max_keys`) | (table_bytes() + limiter) / key | RSS growth / key | total | target |"
     );
-    let _ = writeln!(out, "|---|---|---|---|---|");
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|");
     for &which in PROBES {
         eprintln!("memory probe: {which}");
         let child = Command::new(&exe)
@@ -144,20 +178,31 @@ pub fn run_all(keys: u64) -> String {
                 .unwrap_or(f64::NAN)
         };
         let (rss, table, len) = (field("rss"), field("table"), field("len"));
-        let (store, key) = which.split_once('-').expect("store-key");
-        let table = if table > 0.0 {
+        let (store, rest) = which.split_once('-').expect("store-key");
+        let key = rest.split('-').next().unwrap_or(rest);
+        let cap = match which {
+            "tollgate-u64-cap4M" => "4 Mi",
+            "tollgate-u64-cap16M" => "16 Mi",
+            "tollgate-u64-10keys" => "2^20 (default)",
+            _ if store == "tollgate" => "= keys",
+            _ => "—",
+        };
+        let per_key = if table > 0.0 {
             format!("{:.1}", table / len)
         } else {
             "—".into()
         };
-        let target = if which == "tollgate-u64" {
-            "≤ 32"
-        } else {
-            ""
+        let (total, target) = match which {
+            "tollgate-u64-10keys" => (
+                format!("{table:.0} B (RSS {rss:.0} B per limiter)"),
+                "< 64 KiB in all",
+            ),
+            _ if store == "tollgate" && key == "u64" => (format!("{:.1} MB", rss / 1e6), "≤ 32"),
+            _ => (format!("{:.1} MB", rss / 1e6), ""),
         };
         let _ = writeln!(
             out,
-            "| {store} | {key} | {table} | {:.1} | {target} |",
+            "| {store} | {key} | {len:.0} | {cap} | {per_key} | {:.1} | {total} | {target} |",
             rss / len
         );
     }

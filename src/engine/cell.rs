@@ -82,6 +82,29 @@ pub(crate) fn step_within(
     still_ours: impl Fn() -> bool,
     fresh: impl Fn() -> u64,
 ) -> Option<Verdict> {
+    step_checked(word, a, tol, reason, still_ours, || true, fresh)
+}
+
+/// [`step_within`] on a word that can change hands: a keyed slot, which a sweep or a move may
+/// kill and hand to another key whose TAT happens to equal the one read here (an ABA that
+/// `still_ours`, asked before the compare-and-swap, cannot see). `landed` is asked after a
+/// successful compare-and-swap: `false` if another key holds the word now. Then either the
+/// write landed on that key's cell — the word still holds it, so it is undone and `None`
+/// returned, as for a dead word — or our key was moved away after the write landed, carrying
+/// it, and the word was reused: the word holds something else, and the step stands. (Both
+/// readings fail only when the new owner steps the word between our write and the undo, or
+/// installs exactly our value: it then keeps our weight, a denial too early, never an allow
+/// too many.)
+#[inline]
+pub(crate) fn step_checked(
+    word: &AtomicU64,
+    a: Attempt<'_>,
+    tol: u64,
+    reason: DenyReason,
+    still_ours: impl Fn() -> bool,
+    landed: impl Fn() -> bool,
+    fresh: impl Fn() -> u64,
+) -> Option<Verdict> {
     let (p, w, mut now) = (a.p, a.w, a.now);
     let told = p.within(tol);
     // Acquire (load and failed CAS): in the keyed table a slot's new TAT is published with
@@ -107,7 +130,17 @@ pub(crate) fn step_within(
             _ => return Some(verdict(outcome, &told, reason)),
         };
         match word.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => return Some(verdict(outcome, &told, reason)),
+            Ok(_) if landed() => return Some(verdict(outcome, &told, reason)),
+            // Another key holds the word. If it still holds our write, the write landed on that
+            // key's cell (an ABA): undo it and look again. If the word moved on, our key held
+            // it when we wrote and was since moved away with our write in its TAT (and the
+            // word reused): the step stands. Relaxed on failure: nothing is read then.
+            Ok(_) => {
+                let undone = word
+                    .compare_exchange(next, cur, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok();
+                return (!undone).then(|| verdict(outcome, &told, reason));
+            }
             Err(actual) => {
                 cur = actual;
                 refreshed = false;
@@ -176,29 +209,20 @@ impl Ceiling {
     }
 }
 
-/// A step while the limiter passes traffic through with `reason`: the shadow verdict is
-/// exactly the enforcing step (the same writes, so it stays true); an allow passes, a quota
-/// denial is handed to `shadow_denied` (the ceiling), anything else (an overflow) stands.
-/// Returns `None` like [`step_within`].
+/// A step's verdict while the limiter passes traffic through with `reason`: the step was
+/// exactly the enforcing one (the same writes, so the shadow stays true); an allow passes, a
+/// quota denial is handed to `shadow_denied` (the ceiling), anything else (an overflow) stands.
 #[inline]
-pub(crate) fn step_pass_through(
-    word: &AtomicU64,
-    a: Attempt<'_>,
-    tol: u64,
+pub(crate) fn pass_through(
+    step: Verdict,
     reason: PassReason,
-    still_ours: impl Fn() -> bool,
-    fresh: impl Fn() -> u64,
     shadow_denied: impl FnOnce(u64) -> Verdict,
-) -> Option<Verdict> {
-    Some(
-        match step_within(word, a, tol, DenyReason::Quota, still_ours, fresh)? {
-            Verdict::Allow(_) => Verdict::PassThrough(PassThrough::new(reason, Shadow::Allow)),
-            Verdict::Deny(d) if d.reason() == DenyReason::Quota => {
-                shadow_denied(d.retry_after_nanos())
-            }
-            other => other,
-        },
-    )
+) -> Verdict {
+    match step {
+        Verdict::Allow(_) => Verdict::PassThrough(PassThrough::new(reason, Shadow::Allow)),
+        Verdict::Deny(d) if d.reason() == DenyReason::Quota => shadow_denied(d.retry_after_nanos()),
+        other => other,
+    }
 }
 
 /// Keeps a hot atomic on its own cache line(s), so writes to it do not slow readers of its
@@ -228,6 +252,42 @@ mod tests {
         let v = step_within(&word, a, p.tau, DenyReason::Quota, || true, || 100);
         assert!(matches!(v, Some(Verdict::Deny(_))));
         assert_eq!(word.load(Ordering::Relaxed), 120);
+    }
+
+    #[test]
+    fn a_step_that_landed_on_a_cell_that_changed_hands_is_undone() {
+        let p = Params {
+            per: Per::Request { t: 10 },
+            tau: 100,
+            burst: 10,
+        };
+        let word = AtomicU64::new(150);
+        let a = Attempt {
+            now: 100,
+            p: &p,
+            w: 10,
+        };
+        let quota = DenyReason::Quota;
+        // The slot's key changed between the check's look and its CAS (same TAT): undone.
+        let v = step_checked(&word, a, p.tau, quota, || true, || false, || 100);
+        assert!(v.is_none(), "the caller looks the key up again");
+        assert_eq!(
+            word.load(Ordering::Relaxed),
+            150,
+            "the other key's TAT is back"
+        );
+        let v = step_checked(&word, a, p.tau, quota, || true, || true, || 100);
+        assert!(matches!(v, Some(Verdict::Allow(_))));
+        assert_eq!(word.load(Ordering::Relaxed), 160);
+        // Our key was moved away (carrying the write) and the word reused before we looked:
+        // the word no longer holds our write, so the step stands.
+        let moved = || {
+            word.store(7, Ordering::Relaxed);
+            false
+        };
+        let v = step_checked(&word, a, p.tau, quota, || true, moved, || 100);
+        assert!(matches!(v, Some(Verdict::Allow(_))), "counted once");
+        assert_eq!(word.load(Ordering::Relaxed), 7, "the new owner's TAT stays");
     }
 
     #[test]

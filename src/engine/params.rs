@@ -334,6 +334,13 @@ impl Gate {
     pub(crate) fn is_at(&self, gen: u64) -> bool {
         self.0.load(Ordering::Acquire) == gen.wrapping_mul(2)
     }
+
+    /// `true` if this group's words and `other`'s are in the same generation's scale, so a
+    /// TAT may move from one to the other as it is (for writers that hold the lock the change
+    /// takes per group).
+    pub(crate) fn same_generation(&self, other: &Gate) -> bool {
+        self.0.load(Ordering::Acquire) == other.0.load(Ordering::Acquire)
+    }
 }
 
 /// Rescales one TAT word to a new tolerance at `now` (see [`gcra::rescale`]), racing checks

@@ -357,7 +357,8 @@ impl RateLimiter {
         let c = &self.cell.0;
         let valid = || token.still_valid(&self.params, &c.gate);
         let ceiling = |retry_after| g.ceiling_direct(a, reason, retry_after, || self.now());
-        cell::step_pass_through(&c.tat, a, tol, reason, valid, || self.now(), ceiling)
+        let step = cell::step_within(&c.tat, a, tol, DenyReason::Quota, valid, || self.now())?;
+        Some(cell::pass_through(step, reason, ceiling))
     }
 }
 

@@ -1,4 +1,5 @@
-//! [`KeyedRateLimiter`]: one cell per key in a bounded, flat table of atomics.
+//! [`KeyedRateLimiter`]: one cell per key in a bounded table of atomics that grows with its
+//! live keys.
 //!
 //! # The table
 //!
@@ -9,16 +10,25 @@
 //!
 //! | word | value | meaning |
 //! |---|---|---|
-//! | `key` | 0 | never used; ends every probe |
+//! | `key` | 0 | never used |
 //! | `key` | fp | holds (or held) the key with fingerprint `fp` |
-//! | `tat` | [`TOMBSTONE`] | dead: swept, reusable by any key |
+//! | `tat` | [`TOMBSTONE`](crate::engine::cell::TOMBSTONE) | dead: swept, or moved away; reusable by any key |
 //! | `tat` | other | the key's TAT |
 //!
-//! A key lives within [`WINDOW`] slots of its home slot (linear probing, capacity 1.5 ×
-//! `max_keys`). Lookups of present keys are lock-free: scan, then one CAS on the TAT. New keys,
-//! revivals and sweeps take one mutex (`slow`); they are rare next to checks. A key whose
-//! window is full (rare at this load factor) or whose fingerprint is 0 lives in a small spill
-//! map under the same mutex, so the first `max_keys` live keys are always tracked.
+//! Slots sit four to a bucket (one cache line). A key lives in one of its two candidate
+//! buckets, and the table grows a bucket at a time as keys arrive, from 4 KiB up to what
+//! `max_keys` keys need (`store.rs` has the layout and the addressing, `grow.rs` the moves).
+//! Lookups of present keys are lock-free: scan at most two buckets, then one CAS on the TAT.
+//! New keys, revivals, sweeps and growth take one mutex (`slow`); they are rare next to checks.
+//! A key whose buckets stay full even after moving others (rare) or whose fingerprint is 0
+//! lives in a small spill map under the same mutex, so the first `max_keys` live keys are
+//! always tracked.
+//!
+//! # Moving a key while checks run
+//!
+//! Growth, and making room for a new key, move live keys between buckets under the insert lock
+//! while checks go on without it. `grow.rs` has the argument that no step is lost, counted
+//! twice or applied under the wrong quota meanwhile.
 
 use core::borrow::Borrow;
 use core::fmt;
@@ -45,18 +55,21 @@ use crate::shaping::retry::RetryBudget;
 mod builder;
 #[cfg(feature = "config")]
 mod carry;
+mod grow;
+mod insert;
+mod store;
 mod sweep;
 mod table;
 
 pub use builder::KeyedRateLimiterBuilder;
+use store::Store;
 
-/// How far from its home slot a key may live before it spills.
-const WINDOW: usize = 64;
 /// Slots per group that a quota change rescales at once (one [`Gate`] each).
 const GROUP: usize = 64;
 /// The default bound on tracked keys: 2^20.
 pub const DEFAULT_MAX_KEYS: usize = 1 << 20;
-/// The largest bound on tracked keys a builder accepts: 2^32 − 1 (about 96 GiB of table).
+/// The largest bound on tracked keys a builder accepts: 2^32 − 1 (a table of about 90 GiB
+/// once that many keys are live).
 pub const MAX_KEYS_LIMIT: usize = u32::MAX as usize;
 
 /// A rate limiter with one cell per key, bounded to `max_keys` live keys.
@@ -74,10 +87,13 @@ pub const MAX_KEYS_LIMIT: usize = u32::MAX as usize;
 ///
 /// # Memory
 ///
-/// The table is allocated once, zeroed (so the operating system commits pages only as keys
-/// land in them): 16 bytes per slot, 1.5 slots per `max_keys`, i.e. 24 bytes per key at
-/// capacity (24 MiB of address space at the default 2^20 keys; size it with
-/// [`KeyedRateLimiterBuilder::max_keys`]).
+/// `max_keys` is a cap, not a reservation: the table starts at 4 KiB and grows by one
+/// 64-byte bucket (four 16-byte slots) per three new keys, so it holds its keys at three
+/// quarters load — about 21½ bytes per live key at any number of keys — plus at most one
+/// partly used segment (up to 1 MiB) and a directory of 40 bytes per segment the cap allows
+/// (1.1 KiB at the default cap of 2^20 keys). [`table_bytes`](Self::table_bytes) reports what
+/// the table occupies now. It does not shrink: when keys go idle their slots are reused by
+/// the keys that come next.
 ///
 /// # Keys are fingerprints
 ///
@@ -87,10 +103,9 @@ pub const MAX_KEYS_LIMIT: usize = u32::MAX as usize;
 /// cell with probability about n²/2^65 (1 in 30 million at 2^20 keys), and an attacker who
 /// cannot see the seed cannot aim a key at someone else's cell.
 pub struct KeyedRateLimiter<K> {
-    slots: Box<[AtomicU64]>,
-    /// One per [`GROUP`] slots: the generation of the quota their TATs were written under.
-    gates: Box<[Gate]>,
-    capacity: usize,
+    /// The slots; one [`Gate`] per [`GROUP`] of them, the generation of the quota their TATs
+    /// were written under.
+    table: Store,
     max_keys: usize,
     params: SharedParams,
     overflow: Overflow,
@@ -136,6 +151,15 @@ struct Slow {
     pass_min: u64,
 }
 
+impl Slow {
+    /// A live key with this TAT is in the table (placed, or moved where the sweep's current
+    /// pass may have looked already): it cannot be idle before `tat`.
+    fn saw_live(&mut self, tat: u64) {
+        self.idle_not_before = self.idle_not_before.min(tat);
+        self.pass_min = self.pass_min.min(tat);
+    }
+}
+
 /// What sweeping one slot found.
 enum Swept {
     /// The slot was already dead.
@@ -171,11 +195,6 @@ impl Ask {
     }
 }
 
-enum Found {
-    Slot(usize),
-    Absent,
-}
-
 impl<K> KeyedRateLimiter<K> {
     /// A keyed limiter for `quota` with the default bound of 2^20 keys.
     pub fn new(quota: Quota) -> Self {
@@ -202,9 +221,25 @@ impl<K> KeyedRateLimiter<K> {
         self.max_keys
     }
 
-    /// Bytes the key table occupies (its slots), whatever the keys' own sizes.
+    /// Bytes the key table occupies now (its slots, the gates a quota change uses and the
+    /// directory of its segments), whatever the keys' own sizes. It grows with the keys
+    /// tracked, up to what `max_keys` keys need.
+    ///
+    /// ```
+    /// use tollgate::KeyedRateLimiter;
+    ///
+    /// let lim: KeyedRateLimiter<u64> = KeyedRateLimiter::new("10/s".parse()?);
+    /// let small = lim.table_bytes();
+    /// assert!(small < 8 << 10); // 4 KiB of slots and a small directory
+    /// for key in 0..10_000 {
+    ///     assert!(lim.check_key(&key).is_permitted());
+    /// }
+    /// assert!(lim.table_bytes() > small);
+    /// assert!(lim.table_bytes() / lim.len() <= 32);
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
     pub fn table_bytes(&self) -> usize {
-        self.slots.len() * core::mem::size_of::<AtomicU64>()
+        self.table.bytes()
     }
 
     /// The per-key quota in force.
@@ -220,7 +255,7 @@ impl<K> KeyedRateLimiter<K> {
     ///
     /// The change walks the table once (O(table), in groups of 64 slots under the insert
     /// lock); checks of tracked keys stay lock-free meanwhile and never apply one quota to a
-    /// cell written under the other. Changes are serialised.
+    /// cell written under the other. Changes are serialised; the table may grow meanwhile.
     ///
     /// ```
     /// use tollgate::{KeyedRateLimiter, ManualClock};
@@ -270,6 +305,21 @@ impl<K> KeyedRateLimiter<K> {
         self.guard.as_ref()?.priorities.as_ref()
     }
 
+    /// [`check_key`](Self::check_key) past the fast path: new keys, byte budgets, quota
+    /// changes, anything attached. Out of line, so the fast path keeps its registers.
+    #[inline(never)]
+    fn check_fp(&self, fp: u64) -> Verdict {
+        if let Some(v) = self
+            .guard
+            .as_ref()
+            .and_then(|g| self.check_fast_guarded(g, fp))
+        {
+            return v;
+        }
+        let snap = self.params.load_check();
+        self.step_key(Ask::plain(fp, 1, snap.cur.unit()), &snap)
+    }
+
     /// [`check_key_with`](Self::check_key_with) with something attached: the class's
     /// tolerance, the retry budget (peek, step, debit), the counts.
     #[inline(never)]
@@ -314,9 +364,11 @@ impl<K: Hash> KeyedRateLimiter<K> {
         K: Borrow<Q>,
         Q: Hash + ?Sized,
     {
-        let snap = self.params.load_check();
         let fp = self.fingerprinter.fingerprint(key);
-        self.step_key(Ask::plain(fp, 1, snap.cur.unit()), &snap)
+        match self.check_fast(fp) {
+            Some(v) => v,
+            None => self.check_fp(fp),
+        }
     }
 
     /// Checks `cost` units for `key`: all or nothing. A cost of 0 reports the remaining
@@ -399,6 +451,7 @@ impl<K> fmt::Debug for KeyedRateLimiter<K> {
             .field("quota", &self.quota().to_string())
             .field("len", &self.len())
             .field("max_keys", &self.max_keys)
+            .field("table", &self.table)
             .field("spilled", &self.spilled.load(Ordering::Relaxed))
             .field("clock", &self.clock)
             .finish_non_exhaustive()

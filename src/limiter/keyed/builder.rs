@@ -6,7 +6,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize};
 
 use parking_lot::Mutex;
 
-use super::{KeyedRateLimiter, Overflow, Slow, DEFAULT_MAX_KEYS, GROUP, MAX_KEYS_LIMIT, WINDOW};
+use super::store::Store;
+use super::{KeyedRateLimiter, Overflow, Slow, DEFAULT_MAX_KEYS, MAX_KEYS_LIMIT};
 use crate::engine::cell::Padded;
 use crate::engine::clock::Clock;
 use crate::engine::fingerprint::Fingerprinter;
@@ -64,8 +65,9 @@ impl<K> KeyedRateLimiterBuilder<K> {
         self
     }
 
-    /// The most live keys tracked at once (default 2^20, at least 1). When the table is full of
-    /// live keys, new keys share one overflow cell.
+    /// The most live keys tracked at once (default 2^20, at least 1): a cap, not a
+    /// reservation — the table grows with the keys it tracks, up to this many. When it holds
+    /// this many live keys, new keys share one overflow cell.
     pub fn max_keys(mut self, max_keys: usize) -> Self {
         self.max_keys = max_keys.clamp(1, MAX_KEYS_LIMIT);
         self
@@ -107,28 +109,28 @@ impl<K> KeyedRateLimiterBuilder<K> {
         self
     }
 
-    /// Builds the limiter. Allocates the whole table now (zeroed, so committed lazily). If
-    /// the allocator refuses a table that large, the bound is halved until it agrees:
+    /// Builds the limiter. The table starts small (4 KiB of slots) and grows with the keys
+    /// tracked, up to what `max_keys` keys need; only the directory of its segments is sized
+    /// for `max_keys` now (40 bytes per MiB of the largest table). If the allocator
+    /// refuses even that, the bound is halved until it agrees:
     /// [`KeyedRateLimiter::max_keys`] reports the bound in force. Never panics.
     pub fn build(self) -> KeyedRateLimiter<K> {
         let mut max_keys = self.max_keys;
-        let (slots, capacity) = loop {
-            let capacity = max_keys.saturating_add(max_keys / 2).max(2 * WINDOW);
-            match bytemuck::allocation::try_zeroed_slice_box(capacity.saturating_mul(2)) {
-                Ok(slots) => break (slots, capacity),
-                Err(()) if max_keys > 1 => max_keys /= 2,
+        let table = loop {
+            match Store::new(max_keys) {
+                Some(table) => break table,
+                None if max_keys > 1 => max_keys /= 2,
                 // Even the smallest table failed: the process is out of memory; an empty
                 // table that sends every key to the overflow cell still never panics.
-                Err(()) => break (Box::default(), 0),
+                None => {
+                    max_keys = 0;
+                    break Store::empty();
+                }
             }
         };
         KeyedRateLimiter {
-            slots,
-            gates: (0..capacity.div_ceil(GROUP))
-                .map(|_| Gate::default())
-                .collect(),
-            capacity,
-            max_keys: if capacity == 0 { 0 } else { max_keys },
+            table,
+            max_keys,
             params: SharedParams::new(self.quota.params()),
             overflow: Overflow {
                 tat: Padded(AtomicU64::new(0)),

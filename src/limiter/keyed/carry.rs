@@ -6,7 +6,8 @@ use core::borrow::Borrow;
 use core::hash::Hash;
 use std::sync::atomic::Ordering;
 
-use super::{Found, KeyedRateLimiter, WINDOW};
+use super::insert::Held;
+use super::{store, KeyedRateLimiter};
 use crate::engine::cell::TOMBSTONE;
 use crate::engine::gcra;
 
@@ -15,10 +16,10 @@ impl<K> KeyedRateLimiter<K> {
     /// was written under, and the instant read.
     fn live_fill(&self, fp: u64) -> Option<(u64, u64, u64)> {
         let snap = self.params.load();
-        let (tat, tau) = match (fp, self.find(fp)) {
-            (1.., Found::Slot(slot)) => {
-                let (p, _) = self.gate_of(slot).resolve(&snap);
-                (self.tat_word(slot).load(Ordering::Acquire), p.tau)
+        let (tat, tau) = match (fp, self.table.find(fp)) {
+            (1.., Some(place)) => {
+                let (p, _) = place.gate.resolve(&snap);
+                (place.slot.tat.load(Ordering::Acquire), p.tau)
             }
             _ => {
                 let slow = self.slow.lock();
@@ -44,42 +45,26 @@ impl<K> KeyedRateLimiter<K> {
             *own = (*own).max(fill(tau));
             return;
         }
-        if fp == 0 || self.capacity == 0 {
-            return;
-        }
-        let home = self.home(fp);
-        let (mut slot, mut free) = (home, None);
-        for _ in 0..WINDOW {
-            let key = self.key_word(slot).load(Ordering::Acquire);
-            if key == fp {
-                let word = self.tat_word(slot);
-                if word.load(Ordering::Acquire) != TOMBSTONE {
-                    // Tracked: keep the later of the two fill levels. Under the insert lock,
-                    // so the group's generation cannot change; `fetch_max` leaves a tombstone
-                    // (u64::MAX) as it is, and races allows harmlessly.
-                    let tau = Self::params_at(&snap, self.gate_of(slot)).tau;
-                    word.fetch_max(fill(tau), Ordering::AcqRel);
-                    return;
-                }
-                free = Some((slot, false));
-                break;
+        self.grow(&mut slow, &snap, now);
+        let dead = match self.held(fp) {
+            Held::Live(place) => {
+                // Tracked: keep the later of the two fill levels. Under the insert lock, so
+                // the group's generation cannot change; `fetch_max` leaves a tombstone
+                // (u64::MAX) as it is, and races allows harmlessly.
+                let tau = Self::params_at(&snap, place.gate).tau;
+                place.slot.tat.fetch_max(fill(tau), Ordering::AcqRel);
+                return;
             }
-            if key == 0 {
-                free = free.or(Some((slot, true)));
-                break;
-            }
-            if free.is_none() && self.tat_word(slot).load(Ordering::Acquire) == TOMBSTONE {
-                free = Some((slot, false));
-            }
-            slot = self.next(slot);
-        }
-        let Some((slot, empty)) = free.or_else(|| Some((self.sweep_window(home, now)?, false)))
-        else {
+            Held::Dead(place) => Some(place),
+            Held::Absent => None,
+        };
+        let Some(place) = dead.or_else(|| self.room_for(&mut slow, fp, &snap, now)) else {
             return;
         };
-        let tat = fill(Self::params_at(&snap, self.gate_of(slot)).tau);
+        let tat = fill(Self::params_at(&snap, place.gate).tau);
         if tat > now && self.len() < self.max_keys {
-            self.install(&mut slow, slot, fp, empty, tat);
+            store::install(place.slot, fp, tat);
+            self.inserted(&mut slow, tat);
         }
     }
 }

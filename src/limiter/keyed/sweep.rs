@@ -2,17 +2,23 @@
 
 use std::sync::atomic::Ordering;
 
-use super::{KeyedRateLimiter, Slow, Swept, GROUP, WINDOW};
+use super::store::{Slot, SLOTS};
+use super::{KeyedRateLimiter, Slow, Swept};
 use crate::engine::cell::TOMBSTONE;
 use crate::engine::gcra::{self, Params};
 
 impl<K> KeyedRateLimiter<K> {
     /// A quota change from `old` to `new` (generation `gen`, already published): rescales the
     /// spilled keys, the overflow cell (if it follows the per-key quota) and then the table,
-    /// one group of [`GROUP`] slots at a time, each under the insert lock, so that a key placed
-    /// during the change is placed under the parameters of its group's generation. Checks of
-    /// tracked keys go on lock-free meanwhile; one whose group is being rescaled waits for
-    /// that group only.
+    /// one group of [`GROUP`](super::GROUP) slots at a time, each under the insert lock, so
+    /// that a key placed during the change is placed under the parameters of its group's
+    /// generation. Checks of tracked keys go on lock-free meanwhile; one whose group is being
+    /// rescaled waits for that group only.
+    ///
+    /// The table may grow meanwhile: the walk reads how far the table reaches under the lock
+    /// at each group, and skips groups already at `gen` — groups born during the change, empty
+    /// then, whose keys were placed under the new parameters. Keys move only between groups at
+    /// the same generation, so every TAT is rescaled exactly once.
     pub(super) fn rescale_all(&self, old: &Params, new: &Params, gen: u64) {
         {
             let mut slow = self.slow.lock();
@@ -29,11 +35,18 @@ impl<K> KeyedRateLimiter<K> {
             slow.idle_not_before = 0;
             slow.pass_min = 0;
         }
-        for (group, gate) in self.gates.iter().enumerate() {
+        for group in 0.. {
             let mut slow = self.slow.lock();
+            let Some((gate, buckets)) = self.table.group(group) else {
+                break;
+            };
+            if gate.is_at(gen) {
+                continue;
+            }
             let now = self.locked_now(&mut slow);
-            let end = ((group + 1) * GROUP).min(self.capacity);
-            let words = (group * GROUP..end).map(|slot| self.tat_word(slot));
+            let words = buckets
+                .iter()
+                .flat_map(|b| b.0.iter().map(|slot| &slot.tat));
             gate.rescale(gen, words, old, new, now);
         }
     }
@@ -45,21 +58,9 @@ impl<K> KeyedRateLimiter<K> {
         now
     }
 
-    /// Frees the first idle slot in the window starting at `home`, if any.
-    pub(super) fn sweep_window(&self, home: usize, now: u64) -> Option<usize> {
-        let mut slot = home;
-        for _ in 0..WINDOW {
-            if !matches!(self.sweep_slot(slot, now), Swept::Live(_)) {
-                return Some(slot);
-            }
-            slot = self.next(slot);
-        }
-        None
-    }
-
-    /// Marks `slot` dead if it is idle (TAT ≤ now).
-    pub(super) fn sweep_slot(&self, slot: usize, now: u64) -> Swept {
-        let tat = self.tat_word(slot);
+    /// Marks `slot` dead if it is idle (TAT ≤ now). Under the insert lock.
+    pub(super) fn sweep_slot(&self, slot: &Slot, now: u64) -> Swept {
+        let tat = &slot.tat;
         let mut cur = tat.load(Ordering::Acquire);
         // The CAS races allows on the same word: if an allow lands first the CAS fails and the
         // key stays; if the CAS lands first the allow's CAS fails, sees the tombstone and
@@ -82,9 +83,9 @@ impl<K> KeyedRateLimiter<K> {
 
     /// Before giving up on a full table: if some key can be idle by now, sweep on from the
     /// cursor until one idle key is freed or a whole pass is done. Each slot is visited once
-    /// per pass, and a pass that finds nothing records the earliest instant a tracked key can
-    /// go idle, so full-table arrivals before then cost nothing. Returns `true` if it freed a
-    /// key.
+    /// per pass (a key moved behind the cursor counts as seen, with its TAT), and a pass that
+    /// finds nothing records the earliest instant a tracked key can go idle, so full-table
+    /// arrivals before then cost nothing. Returns `true` if it freed a key.
     pub(super) fn sweep_some(&self, slow: &mut Slow, now: u64) -> bool {
         if now < slow.idle_not_before {
             return false;
@@ -97,18 +98,18 @@ impl<K> KeyedRateLimiter<K> {
             self.spilled.store(slow.spill.len(), Ordering::Relaxed);
             return true;
         }
-        for _ in 0..self.capacity {
-            let slot = slow.cursor;
-            let swept = if self.key_word(slot).load(Ordering::Acquire) == 0 {
-                Swept::Dead
-            } else {
-                self.sweep_slot(slot, now)
+        let slots = SLOTS * self.table.buckets_in_use();
+        for _ in 0..slots {
+            let i = slow.cursor;
+            let swept = match self.table.slot(i) {
+                Some(slot) if slot.key.load(Ordering::Relaxed) != 0 => self.sweep_slot(slot, now),
+                _ => Swept::Dead,
             };
             if let Swept::Live(tat) = swept {
                 slow.pass_min = slow.pass_min.min(tat);
             }
-            slow.cursor = slot + 1;
-            if slow.cursor == self.capacity {
+            slow.cursor = i + 1;
+            if slow.cursor >= slots {
                 let spill_min = slow.spill.values().copied().min().unwrap_or(u64::MAX);
                 slow.idle_not_before = slow.pass_min.min(spill_min);
                 slow.pass_min = u64::MAX;
