@@ -5,15 +5,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
-use crate::engine::cell::{self, Attempt, Padded};
+use crate::engine::cell::{self, Attempt, Padded, Steady};
 use crate::engine::check::Check;
 use crate::engine::clock::Clock;
 use crate::engine::error::InsufficientCapacity;
 use crate::engine::gcra::Params;
 use crate::engine::params::{Gate, SharedParams, Token};
 use crate::engine::quota::Quota;
-use crate::engine::stats::{Counters, Stats, RETRIES};
-use crate::engine::verdict::{DenyReason, PassReason, Verdict};
+use crate::engine::stats::{Counters, Stats, ALLOWED, DENIED_QUOTA, RETRIES};
+use crate::engine::verdict::{Allowed, Denied, DenyReason, PassReason, Verdict};
 use crate::limiter::guard::{self, Attached, Guard};
 use crate::safety::fault::FaultDetector;
 use crate::safety::watchdog::Watchdog;
@@ -75,16 +75,59 @@ impl RateLimiter {
     /// Checks one unit (one request, or one byte for a byte budget).
     #[inline]
     pub fn check(&self) -> Verdict {
+        match &self.guard {
+            None => self.check_bare(),
+            Some(g) => self.check_guarded(g),
+        }
+    }
+
+    /// A bare limiter's check: a request quota in steady state, stepped inline ([`Steady`]);
+    /// anything else — a byte budget, a quota change, the clamp lowering the TAT, a clock past
+    /// 2^62 ns — goes to [`check_general`](Self::check_general).
+    #[inline(always)]
+    fn check_bare(&self) -> Verdict {
+        // The clock first: the fast clock is a call into quanta, and nothing read before it
+        // then has to be kept across it.
+        let now = self.clock.now_nanos();
+        // The step of one request reads only T and τ (the burst bounds costs, and a cost of
+        // one is always within it).
+        let (t, tau, seq) = self.params.load_request_unconfirmed();
+        if t == 0 {
+            return self.check_general();
+        }
+        let tat = &self.cell.0.tat;
+        // Acquire: see `cell::step_checked`; `confirm` re-reads the snapshot after it.
+        let mut cur = tat.load(Ordering::Acquire);
+        loop {
+            if !self.params.confirm(seq) {
+                return self.check_general();
+            }
+            match cell::steady_step(cur, now, t, tau) {
+                Steady::Allow { tat: next, ahead } => {
+                    match tat.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Acquire)
+                    {
+                        Ok(_) => {
+                            self.counters.bump(ALLOWED);
+                            return Verdict::Allow(Allowed::new(tau - ahead, t, ahead));
+                        }
+                        Err(actual) => cur = actual,
+                    }
+                }
+                Steady::Deny { retry_after } => {
+                    self.counters.bump(DENIED_QUOTA);
+                    return Verdict::Deny(Denied::new(retry_after, DenyReason::Quota));
+                }
+                Steady::Cold => return self.check_general(),
+            }
+        }
+    }
+
+    /// A check with a detector or watchdog attached.
+    #[inline]
+    fn check_guarded(&self, g: &Guard) -> Verdict {
         if let Some((t, tau, seq)) = self.params.load_request() {
-            // The step of one request reads only T and τ (the burst bounds costs, and a cost
-            // of one is always within it).
             let p = Params::request(t, tau);
-            let token = Token::steady(seq);
-            let v = match &self.guard {
-                None => self.try_step(self.clock.now_nanos(), &p, t, token),
-                Some(g) => self.try_guarded(g, &p, t, token),
-            };
-            if let Some(v) = v {
+            if let Some(v) = self.try_guarded(g, &p, t, Token::steady(seq)) {
                 return v;
             }
         }
