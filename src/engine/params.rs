@@ -119,6 +119,13 @@ impl SharedParams {
         )
     }
 
+    /// The burst of the copy `seq` names, unconfirmed as
+    /// [`load_request_unconfirmed`](Self::load_request_unconfirmed)'s words.
+    #[inline(always)]
+    pub(crate) fn burst_unconfirmed(&self, seq: u64) -> u64 {
+        self.copies[(seq & 1) as usize][3].load(Ordering::Relaxed)
+    }
+
     /// `true` if nothing was published since `seq` was read by
     /// [`load_request_unconfirmed`](Self::load_request_unconfirmed). Call it after the Acquire
     /// load of the TAT word: the words read with `seq` are then consistent, and the word is in

@@ -76,48 +76,64 @@ impl RateLimiter {
     #[inline]
     pub fn check(&self) -> Verdict {
         match &self.guard {
-            None => self.check_bare(),
+            None => self.step_bare(1, |v| v, || self.check_general()),
             Some(g) => self.check_guarded(g),
         }
     }
 
-    /// A bare limiter's check: a request quota in steady state, stepped inline ([`Steady`]);
-    /// anything else — a byte budget, a quota change, the clamp lowering the TAT, a clock past
-    /// 2^62 ns — goes to [`check_general`](Self::check_general).
+    /// A bare limiter's check of `cost ≥ 1` units on a request quota in steady state, stepped
+    /// inline ([`Steady`]), counted and handed to `done`; anything else — a byte budget, a
+    /// quota change, a cost over the burst, the clamp lowering the TAT, a clock past 2^62 ns —
+    /// goes to `general`. (Continuations rather than an `Option<Verdict>`, which costs a
+    /// verdict's copy and a test on the hot path.)
     #[inline(always)]
-    fn check_bare(&self) -> Verdict {
+    fn step_bare<R>(
+        &self,
+        cost: u64,
+        done: impl FnOnce(Verdict) -> R,
+        general: impl FnOnce() -> R,
+    ) -> R {
         // The clock first: the fast clock is a call into quanta, and nothing read before it
         // then has to be kept across it.
         let now = self.clock.now_nanos();
-        // The step of one request reads only T and τ (the burst bounds costs, and a cost of
-        // one is always within it).
         let (t, tau, seq) = self.params.load_request_unconfirmed();
         if t == 0 {
-            return self.check_general();
+            return general();
         }
+        // One unit is always within the burst (every burst is at least 1): a plain check
+        // reads no burst. Unconfirmed, `cost·t` may come from two quotas: bounded by τ here.
+        let w = if cost == 1 {
+            t
+        } else {
+            let burst = self.params.burst_unconfirmed(seq);
+            match cost.checked_mul(t) {
+                Some(w) if cost != 0 && cost <= burst && w <= tau => w,
+                _ => return general(),
+            }
+        };
         let tat = &self.cell.0.tat;
         // Acquire: see `cell::step_checked`; `confirm` re-reads the snapshot after it.
         let mut cur = tat.load(Ordering::Acquire);
         loop {
             if !self.params.confirm(seq) {
-                return self.check_general();
+                return general();
             }
-            match cell::steady_step(cur, now, t, tau) {
+            match cell::steady_step(cur, now, w, tau) {
                 Steady::Allow { tat: next, ahead } => {
                     match tat.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Acquire)
                     {
                         Ok(_) => {
                             self.counters.bump(ALLOWED);
-                            return Verdict::Allow(Allowed::new(tau - ahead, t, ahead));
+                            return done(Verdict::Allow(Allowed::new(tau - ahead, t, ahead)));
                         }
                         Err(actual) => cur = actual,
                     }
                 }
                 Steady::Deny { retry_after } => {
                     self.counters.bump(DENIED_QUOTA);
-                    return Verdict::Deny(Denied::new(retry_after, DenyReason::Quota));
+                    return done(Verdict::Deny(Denied::new(retry_after, DenyReason::Quota)));
                 }
-                Steady::Cold => return self.check_general(),
+                Steady::Cold => return general(),
             }
         }
     }
@@ -169,6 +185,15 @@ impl RateLimiter {
     /// ```
     #[inline]
     pub fn check_n(&self, cost: u64) -> Result<Verdict, InsufficientCapacity> {
+        match &self.guard {
+            None => self.step_bare(cost, Ok, || self.check_n_general(cost)),
+            Some(_) => self.check_n_general(cost),
+        }
+    }
+
+    /// [`check_n`](Self::check_n) for everything [`step_bare`](Self::step_bare) leaves.
+    #[inline(never)]
+    fn check_n_general(&self, cost: u64) -> Result<Verdict, InsufficientCapacity> {
         loop {
             let (p, token) = self.resolve();
             let w = p
