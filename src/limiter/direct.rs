@@ -7,7 +7,7 @@ use parking_lot::Mutex;
 
 use crate::engine::cell::{self, Attempt, Padded, Steady};
 use crate::engine::check::Check;
-use crate::engine::clock::Clock;
+use crate::engine::clock::{Clock, FastClock};
 use crate::engine::error::InsufficientCapacity;
 use crate::engine::gcra::Params;
 use crate::engine::params::{Gate, SharedParams, Token};
@@ -44,6 +44,9 @@ pub struct RateLimiter {
     params: SharedParams,
     quota: Mutex<Quota>,
     clock: Clock,
+    /// `clock` when it is the fast clock and nothing is attached: one test selects the
+    /// whole hot path.
+    fast: Option<FastClock>,
     /// Every verdict, unless a detector (which counts them itself) is attached.
     counters: Counters,
     guard: Option<Box<Guard>>,
@@ -73,10 +76,21 @@ impl RateLimiter {
     }
 
     /// Checks one unit (one request, or one byte for a byte budget).
-    #[inline]
+    // Always inlined: the steady-state step is a few dozen instructions, and a call would
+    // return the verdict through memory.
+    #[inline(always)]
     pub fn check(&self) -> Verdict {
+        match self.fast {
+            Some(clock) => self.step_bare(clock.now_nanos(), 1, |v| v, || self.check_general()),
+            None => self.check_dispatch(),
+        }
+    }
+
+    /// [`check`](Self::check) on another clock, or with something attached.
+    #[inline]
+    fn check_dispatch(&self) -> Verdict {
         match &self.guard {
-            None => self.step_bare(1, |v| v, || self.check_general()),
+            None => self.step_bare(self.clock.now_nanos(), 1, |v| v, || self.check_general()),
             Some(g) => self.check_guarded(g),
         }
     }
@@ -89,13 +103,13 @@ impl RateLimiter {
     #[inline(always)]
     fn step_bare<R>(
         &self,
+        now: u64,
         cost: u64,
         done: impl FnOnce(Verdict) -> R,
         general: impl FnOnce() -> R,
     ) -> R {
-        // The clock first: the fast clock is a call into quanta, and nothing read before it
-        // then has to be kept across it.
-        let now = self.clock.now_nanos();
+        // `now` is read first: the fast clock is a call into quanta, and nothing read before
+        // it then has to be kept across it.
         let (t, tau, seq) = self.params.load_request_unconfirmed();
         if t == 0 {
             return general();
@@ -183,10 +197,24 @@ impl RateLimiter {
     /// assert!(lim.check_n(11).is_err());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    #[inline]
+    // Always inlined, as `check`.
+    #[inline(always)]
     pub fn check_n(&self, cost: u64) -> Result<Verdict, InsufficientCapacity> {
+        match self.fast {
+            Some(clock) => {
+                self.step_bare(clock.now_nanos(), cost, Ok, || self.check_n_general(cost))
+            }
+            None => self.check_n_dispatch(cost),
+        }
+    }
+
+    /// [`check_n`](Self::check_n) on another clock, or with something attached.
+    #[inline(never)]
+    fn check_n_dispatch(&self, cost: u64) -> Result<Verdict, InsufficientCapacity> {
         match &self.guard {
-            None => self.step_bare(cost, Ok, || self.check_n_general(cost)),
+            None => self.step_bare(self.clock.now_nanos(), cost, Ok, || {
+                self.check_n_general(cost)
+            }),
             Some(_) => self.check_n_general(cost),
         }
     }
@@ -489,13 +517,15 @@ impl RateLimiterBuilder {
 
     /// Builds the limiter, starting full (a whole burst is available).
     pub fn build(self) -> RateLimiter {
+        let guard = Guard::boxed(self.attached);
         RateLimiter {
+            fast: self.clock.fast().filter(|_| guard.is_none()),
             cell: Padded(DirectCell::default()),
             params: SharedParams::new(self.quota.params()),
             quota: Mutex::new(self.quota),
             clock: self.clock,
             counters: Counters::new(),
-            guard: Guard::boxed(self.attached),
+            guard,
         }
     }
 }
