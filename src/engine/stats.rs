@@ -198,6 +198,23 @@ impl Counters {
         due
     }
 
+    /// [`record`](Self::record) of a verdict known by its counter `index` (a shadow denial
+    /// is never one).
+    #[inline]
+    pub(crate) fn record_index(&self, index: usize, every: u32) -> bool {
+        let (slot, due) = LOCAL.with(|l| {
+            let n = l.ticks[Ticker::Detector as usize].get().wrapping_add(1);
+            l.ticks[Ticker::Detector as usize].set(n);
+            (l.slot.get(), n & (every - 1) == 0)
+        });
+        if slot < OWNED {
+            bump_owned(&self.stripes[slot].0[index]);
+        } else {
+            self.bump_unowned(slot, index);
+        }
+        due
+    }
+
     /// Counts `v` once, with no tick: a limiter's own tally. An allow (the common case) is one
     /// thread-local read and one plain increment.
     #[inline(always)]

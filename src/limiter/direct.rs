@@ -81,7 +81,13 @@ impl RateLimiter {
     #[inline(always)]
     pub fn check(&self) -> Verdict {
         match self.fast {
-            Some(clock) => self.step_bare(clock.now_nanos(), 1, |v| v, || self.check_general()),
+            Some(clock) => self.step_bare(
+                clock.now_nanos(),
+                1,
+                |i| self.counters.bump(i),
+                |v| v,
+                || self.check_general(),
+            ),
             None => self.check_dispatch(),
         }
     }
@@ -89,9 +95,21 @@ impl RateLimiter {
     /// [`check`](Self::check) on another clock, or with something attached.
     #[inline]
     fn check_dispatch(&self) -> Verdict {
+        let general = || self.check_general();
         match &self.guard {
-            None => self.step_bare(self.clock.now_nanos(), 1, |v| v, || self.check_general()),
-            Some(g) => self.check_guarded(g),
+            None => {
+                let count = |i| self.counters.bump(i);
+                self.step_bare(self.clock.now_nanos(), 1, count, |v| v, general)
+            }
+            // An enforcing detector and nothing else that acts on a plain check: the bare
+            // step, counted by the detector.
+            Some(g) => match g.detector_only().map(|d| d.shared()) {
+                Some(d) if d.pass_reason().is_none() => {
+                    let count = |i| d.observe_index(i);
+                    self.step_bare(self.clock.now_nanos(), 1, count, |v| v, general)
+                }
+                _ => self.check_guarded(g),
+            },
         }
     }
 
@@ -105,6 +123,7 @@ impl RateLimiter {
         &self,
         now: u64,
         cost: u64,
+        count: impl FnOnce(usize),
         done: impl FnOnce(Verdict) -> R,
         general: impl FnOnce() -> R,
     ) -> R {
@@ -137,14 +156,14 @@ impl RateLimiter {
                     match tat.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Acquire)
                     {
                         Ok(_) => {
-                            self.counters.bump(ALLOWED);
+                            count(ALLOWED);
                             return done(Verdict::Allow(Allowed::new(tau - ahead, t, ahead)));
                         }
                         Err(actual) => cur = actual,
                     }
                 }
                 Steady::Deny { retry_after } => {
-                    self.counters.bump(DENIED_QUOTA);
+                    count(DENIED_QUOTA);
                     return done(Verdict::Deny(Denied::new(retry_after, DenyReason::Quota)));
                 }
                 Steady::Cold => return general(),
@@ -202,7 +221,10 @@ impl RateLimiter {
     pub fn check_n(&self, cost: u64) -> Result<Verdict, InsufficientCapacity> {
         match self.fast {
             Some(clock) => {
-                self.step_bare(clock.now_nanos(), cost, Ok, || self.check_n_general(cost))
+                let count = |i| self.counters.bump(i);
+                self.step_bare(clock.now_nanos(), cost, count, Ok, || {
+                    self.check_n_general(cost)
+                })
             }
             None => self.check_n_dispatch(cost),
         }
@@ -212,9 +234,11 @@ impl RateLimiter {
     #[inline(never)]
     fn check_n_dispatch(&self, cost: u64) -> Result<Verdict, InsufficientCapacity> {
         match &self.guard {
-            None => self.step_bare(self.clock.now_nanos(), cost, Ok, || {
-                self.check_n_general(cost)
-            }),
+            None => {
+                let count = |i| self.counters.bump(i);
+                let general = || self.check_n_general(cost);
+                self.step_bare(self.clock.now_nanos(), cost, count, Ok, general)
+            }
             Some(_) => self.check_n_general(cost),
         }
     }
