@@ -200,7 +200,7 @@ impl Counters {
 
     /// [`record`](Self::record) of a verdict known by its counter `index` (a shadow denial
     /// is never one).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn record_index(&self, index: usize, every: u32) -> bool {
         let (slot, due) = LOCAL.with(|l| {
             let n = l.ticks[Ticker::Detector as usize].get().wrapping_add(1);

@@ -44,12 +44,35 @@ pub struct RateLimiter {
     params: SharedParams,
     quota: Mutex<Quota>,
     clock: Clock,
-    /// `clock` when it is the fast clock and nothing is attached: one test selects the
-    /// whole hot path.
-    fast: Option<FastClock>,
+    /// What a plain check does inline: one test selects the whole hot path.
+    hot: Hot,
     /// Every verdict, unless a detector (which counts them itself) is attached.
     counters: Counters,
     guard: Option<Box<Guard>>,
+}
+
+/// What a check can do inline, fixed when the limiter is built.
+enum Hot {
+    /// The fast clock, nothing attached.
+    Bare(FastClock),
+    /// The fast clock and a detector (a clone of the attached one), nothing else that acts on
+    /// a plain check: the bare step while the detector enforces, counted by the detector.
+    Detected(FastClock, FaultDetector),
+    /// Another clock, or more attached: [`RateLimiter::check_dispatch`].
+    Other,
+}
+
+impl Hot {
+    fn new(clock: &Clock, guard: Option<&Guard>) -> Self {
+        match (clock.fast(), guard) {
+            (Some(c), None) => Hot::Bare(c),
+            (Some(c), Some(g)) => match g.detector_only() {
+                Some(d) => Hot::Detected(c, d.clone()),
+                None => Hot::Other,
+            },
+            (None, _) => Hot::Other,
+        }
+    }
 }
 
 /// The one cell, and the generation its TAT is in (read only while a quota change runs).
@@ -80,20 +103,26 @@ impl RateLimiter {
     // return the verdict through memory.
     #[inline(always)]
     pub fn check(&self) -> Verdict {
-        match self.fast {
-            Some(clock) => self.step_bare(
-                clock.now_nanos(),
-                1,
-                |i| self.counters.bump(i),
-                |v| v,
-                || self.check_general(),
-            ),
-            None => self.check_dispatch(),
+        let general = || self.check_general();
+        match &self.hot {
+            Hot::Bare(clock) => {
+                let count = |i| self.counters.bump(i);
+                self.step_bare(clock.now_nanos(), 1, count, |v| v, general)
+            }
+            Hot::Detected(clock, d) => {
+                let d = d.shared();
+                if d.pass_reason().is_some() {
+                    return general();
+                }
+                let count = |i| d.observe_index(i);
+                self.step_bare(clock.now_nanos(), 1, count, |v| v, general)
+            }
+            Hot::Other => self.check_dispatch(),
         }
     }
 
-    /// [`check`](Self::check) on another clock, or with something attached.
-    #[inline]
+    /// [`check`](Self::check) on another clock, or with more attached.
+    #[inline(never)]
     fn check_dispatch(&self) -> Verdict {
         let general = || self.check_general();
         match &self.guard {
@@ -101,8 +130,7 @@ impl RateLimiter {
                 let count = |i| self.counters.bump(i);
                 self.step_bare(self.clock.now_nanos(), 1, count, |v| v, general)
             }
-            // An enforcing detector and nothing else that acts on a plain check: the bare
-            // step, counted by the detector.
+            // As `Hot::Detected`, on another clock.
             Some(g) => match g.detector_only().map(|d| d.shared()) {
                 Some(d) if d.pass_reason().is_none() => {
                     let count = |i| d.observe_index(i);
@@ -219,14 +247,14 @@ impl RateLimiter {
     // Always inlined, as `check`.
     #[inline(always)]
     pub fn check_n(&self, cost: u64) -> Result<Verdict, InsufficientCapacity> {
-        match self.fast {
-            Some(clock) => {
+        match &self.hot {
+            Hot::Bare(clock) => {
                 let count = |i| self.counters.bump(i);
                 self.step_bare(clock.now_nanos(), cost, count, Ok, || {
                     self.check_n_general(cost)
                 })
             }
-            None => self.check_n_dispatch(cost),
+            _ => self.check_n_dispatch(cost),
         }
     }
 
@@ -543,7 +571,7 @@ impl RateLimiterBuilder {
     pub fn build(self) -> RateLimiter {
         let guard = Guard::boxed(self.attached);
         RateLimiter {
-            fast: self.clock.fast().filter(|_| guard.is_none()),
+            hot: Hot::new(&self.clock, guard.as_deref()),
             cell: Padded(DirectCell::default()),
             params: SharedParams::new(self.quota.params()),
             quota: Mutex::new(self.quota),

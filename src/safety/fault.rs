@@ -352,7 +352,7 @@ impl Shared {
 
     /// [`observe`](Self::observe) for a direct limiter's steady-state verdict, known by its
     /// counter (`ALLOWED` or `DENIED_QUOTA`): no verdict to classify, no breadth panel.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn observe_index(&self, index: usize) {
         if self.counters.record_index(index, EVAL_EVERY) {
             self.maybe_evaluate();
