@@ -63,6 +63,47 @@ pub(crate) fn verdict(outcome: Outcome, p: &Params, reason: DenyReason) -> Verdi
     }
 }
 
+/// Below this clock reading (2^62 ns, about 146 years after the epoch) a [`steady_step`]
+/// cannot overflow: `now + τ + w < 3·2^62 ≤` [`gcra::MAX_TAT`].
+const STEADY_NOW: u64 = 1 << 62;
+
+/// The outcome of a [`steady_step`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Steady {
+    /// Conforms: store `tat`; `ahead = tat − now`.
+    Allow { tat: u64, ahead: u64 },
+    /// Does not conform; nothing to write.
+    Deny { retry_after: u64 },
+    /// Not a steady-state step: the clamp would lower `tat` (a quota change, a clock switch)
+    /// or the clock reads 2^62 ns or more (the arithmetic could overflow). Take the general
+    /// path ([`step_within`]), which handles both.
+    Cold,
+}
+
+/// [`gcra::step`] of weight `w` on the TAT `tat` at `now` with tolerance τ, for the common
+/// case only: exactly the general step's outcome whenever it is not [`Steady::Cold`], with
+/// one compare standing in for the overflow checks. `w, τ ≤` [`gcra::MAX_TAU`].
+#[inline(always)]
+pub(crate) fn steady_step(tat: u64, now: u64, w: u64, tau: u64) -> Steady {
+    // `ahead` before this step: max(tat − now, 0). The clamp lowers `tat` iff it exceeds τ.
+    let before = tat.max(now) - now;
+    if now >= STEADY_NOW || before > tau {
+        return Steady::Cold;
+    }
+    // before ≤ τ ≤ 2^62 and w ≤ 2^62: no overflow; tat ≤ now + τ < 2^63, so tat + w < MAX_TAT.
+    let ahead = before + w;
+    if ahead > tau {
+        Steady::Deny {
+            retry_after: ahead - tau,
+        }
+    } else {
+        Steady::Allow {
+            tat: now + ahead,
+            ahead,
+        }
+    }
+}
+
 /// Runs one step on the TAT word: one CAS loop on allow; a denial writes only when the clamp
 /// genuinely lowers the TAT (after a quota change), never in steady state.
 ///
@@ -288,6 +329,36 @@ mod tests {
         let v = step_checked(&word, a, p.tau, quota, || true, moved, || 100);
         assert!(matches!(v, Some(Verdict::Allow(_))), "counted once");
         assert_eq!(word.load(Ordering::Relaxed), 7, "the new owner's TAT stays");
+    }
+
+    #[test]
+    fn a_steady_step_is_the_general_step_or_cold() {
+        let near = STEADY_NOW - 1;
+        let max = gcra::MAX_TAU;
+        for (tat, now, w, tau) in [
+            (0, 0, 1, 1),
+            (100, 50, 10, 60),
+            (100, 50, 10, 59),
+            (111, 50, 10, 60),
+            (40, 50, 10, 10),
+            (near + max, near, max, max),
+            (near + max + 1, near, max, max),
+            (0, STEADY_NOW, 1, 1),
+            (u64::MAX - 1, 5, 1, 10),
+            (u64::MAX - 1, 5, max, max),
+        ] {
+            let clamped = gcra::clamp(tat, now, tau);
+            let general = gcra::step(clamped, now, w, tau);
+            match steady_step(tat, now, w, tau) {
+                Steady::Allow { tat: next, ahead } => {
+                    assert_eq!(general, Outcome::Allow { tat: next, ahead });
+                }
+                Steady::Deny { retry_after } => {
+                    assert_eq!(general, Outcome::Deny { retry_after });
+                }
+                Steady::Cold => assert!(clamped < tat || now >= STEADY_NOW),
+            }
+        }
     }
 
     #[test]

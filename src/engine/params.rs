@@ -21,6 +21,11 @@
 //! compare-and-swap fails if a rescale lands after the re-validation. The only way a check can
 //! act on stale parameters is a rescale that left the word's value unchanged (an ABA): that is
 //! one check per thread in flight, the bound the engine promises for a change.
+//!
+//! A bare direct check in steady state reads the snapshot's `T` and τ without the sequence
+//! lock's own re-read ([`SharedParams::load_request_unconfirmed`]) and re-validates once, after
+//! loading the TAT word ([`SharedParams::confirm`]): one re-read of the sequence number proves
+//! both that the words were consistent and that no change began before the TAT was read.
 
 use core::hint::spin_loop;
 use std::sync::atomic::{fence, AtomicU64, Ordering};
@@ -92,6 +97,45 @@ impl SharedParams {
             }
             spin_loop();
         }
+    }
+
+    /// The hot path of a direct check, in two halves around the load of the TAT word:
+    /// `(T, τ, seq)` read without the sequence lock's own re-read, which
+    /// [`confirm`](Self::confirm) does once for both purposes — the words are consistent, and
+    /// no change was published before the TAT word was loaded. `T` is 0 for a byte budget or
+    /// during a change. Until confirmed, `T` and `τ` may come from two different quotas; each
+    /// is still some quota's (both at most [`gcra::MAX_TAU`]), so arithmetic on them cannot
+    /// overflow, but nothing may be written on their strength.
+    #[inline(always)]
+    pub(crate) fn load_request_unconfirmed(&self) -> (u64, u64, u64) {
+        // Acquire: pairs with the writer's Release, so the copy read below is complete.
+        let seq = self.seq.load(Ordering::Acquire);
+        let c = &self.copies[(seq & 1) as usize];
+        // Relaxed: validated by `confirm`, after its fence.
+        (
+            c[0].load(Ordering::Relaxed),
+            c[2].load(Ordering::Relaxed),
+            seq,
+        )
+    }
+
+    /// The burst of the copy `seq` names, unconfirmed as
+    /// [`load_request_unconfirmed`](Self::load_request_unconfirmed)'s words.
+    #[inline(always)]
+    pub(crate) fn burst_unconfirmed(&self, seq: u64) -> u64 {
+        self.copies[(seq & 1) as usize][3].load(Ordering::Relaxed)
+    }
+
+    /// `true` if nothing was published since `seq` was read by
+    /// [`load_request_unconfirmed`](Self::load_request_unconfirmed). Call it after the Acquire
+    /// load of the TAT word: the words read with `seq` are then consistent, and the word is in
+    /// their scale (as [`unchanged`](Self::unchanged)).
+    #[inline(always)]
+    pub(crate) fn confirm(&self, seq: u64) -> bool {
+        // Acquire fence: the loads of the parameters and of the TAT word happen before the
+        // re-read of `seq`, so a write that overlapped any of them shows as a new number.
+        fence(Ordering::Acquire);
+        self.seq.load(Ordering::Relaxed) == seq
     }
 
     /// A snapshot for one check: [`load_request`](Self::load_request)'s three words when

@@ -157,15 +157,14 @@ const SHARED: usize = 8;
 /// Further threads share 8 stripes through `fetch_add`.
 #[derive(Debug)]
 pub(crate) struct Counters {
-    stripes: Box<[Padded<[AtomicU64; COUNTERS]>]>,
+    /// A fixed-size array, so indexing an owned stripe needs no length load or bounds check.
+    stripes: Box<[Padded<[AtomicU64; COUNTERS]>; OWNED + SHARED]>,
 }
 
 impl Counters {
     pub(crate) fn new() -> Self {
         Self {
-            stripes: (0..OWNED + SHARED)
-                .map(|_| Padded(Default::default()))
-                .collect(),
+            stripes: Box::new(std::array::from_fn(|_| Padded(Default::default()))),
         }
     }
 
@@ -199,6 +198,23 @@ impl Counters {
         due
     }
 
+    /// [`record`](Self::record) of a verdict known by its counter `index` (a shadow denial
+    /// is never one).
+    #[inline(always)]
+    pub(crate) fn record_index(&self, index: usize, every: u32) -> bool {
+        let (slot, due) = LOCAL.with(|l| {
+            let n = l.ticks[Ticker::Detector as usize].get().wrapping_add(1);
+            l.ticks[Ticker::Detector as usize].set(n);
+            (l.slot.get(), n & (every - 1) == 0)
+        });
+        if slot < OWNED {
+            bump_owned(&self.stripes[slot].0[index]);
+        } else {
+            self.bump_unowned(slot, index);
+        }
+        due
+    }
+
     /// Counts `v` once, with no tick: a limiter's own tally. An allow (the common case) is one
     /// thread-local read and one plain increment.
     #[inline(always)]
@@ -223,16 +239,30 @@ impl Counters {
     #[inline(always)]
     pub(crate) fn bump(&self, index: usize) {
         let slot = LOCAL.with(|l| l.slot.get());
+        // An owned stripe (every thread but the 65th alive at once, after its first check):
+        // one thread-local load, one compare, one plain increment.
+        if slot < OWNED {
+            bump_owned(&self.stripes[slot].0[index]);
+        } else {
+            self.bump_unowned(slot, index);
+        }
+    }
+
+    /// [`bump`](Self::bump) on a thread's first check (`UNCLAIMED`), or from a thread that
+    /// shares a stripe.
+    #[cold]
+    #[inline(never)]
+    fn bump_unowned(&self, slot: usize, index: usize) {
         let slot = if slot == UNCLAIMED {
             claim_slot()
         } else {
             slot
         };
-        let counter = &self.stripes[slot].0[index];
+        let stripe = &self.stripes[slot];
         if slot < OWNED {
-            bump_owned(counter);
+            bump_owned(&stripe.0[index]);
         } else {
-            counter.fetch_add(1, Ordering::Relaxed);
+            stripe.0[index].fetch_add(1, Ordering::Relaxed);
         }
     }
 

@@ -5,15 +5,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
-use crate::engine::cell::{self, Attempt, Padded};
+use crate::engine::cell::{self, Attempt, Padded, Steady};
 use crate::engine::check::Check;
-use crate::engine::clock::Clock;
+use crate::engine::clock::{Clock, FastClock};
 use crate::engine::error::InsufficientCapacity;
 use crate::engine::gcra::Params;
 use crate::engine::params::{Gate, SharedParams, Token};
 use crate::engine::quota::Quota;
-use crate::engine::stats::{Counters, Stats, RETRIES};
-use crate::engine::verdict::{DenyReason, PassReason, Verdict};
+use crate::engine::stats::{Counters, Stats, ALLOWED, DENIED_QUOTA, RETRIES};
+use crate::engine::verdict::{Allowed, Denied, DenyReason, PassReason, Verdict};
 use crate::limiter::guard::{self, Attached, Guard};
 use crate::safety::fault::FaultDetector;
 use crate::safety::watchdog::Watchdog;
@@ -44,9 +44,35 @@ pub struct RateLimiter {
     params: SharedParams,
     quota: Mutex<Quota>,
     clock: Clock,
+    /// What a plain check does inline: one test selects the whole hot path.
+    hot: Hot,
     /// Every verdict, unless a detector (which counts them itself) is attached.
     counters: Counters,
     guard: Option<Box<Guard>>,
+}
+
+/// What a check can do inline, fixed when the limiter is built.
+enum Hot {
+    /// The fast clock, nothing attached.
+    Bare(FastClock),
+    /// The fast clock and a detector (a clone of the attached one), nothing else that acts on
+    /// a plain check: the bare step while the detector enforces, counted by the detector.
+    Detected(FastClock, FaultDetector),
+    /// Another clock, or more attached: [`RateLimiter::check_dispatch`].
+    Other,
+}
+
+impl Hot {
+    fn new(clock: &Clock, guard: Option<&Guard>) -> Self {
+        match (clock.fast(), guard) {
+            (Some(c), None) => Hot::Bare(c),
+            (Some(c), Some(g)) => match g.detector_only() {
+                Some(d) => Hot::Detected(c, d.clone()),
+                None => Hot::Other,
+            },
+            (None, _) => Hot::Other,
+        }
+    }
 }
 
 /// The one cell, and the generation its TAT is in (read only while a quota change runs).
@@ -73,18 +99,112 @@ impl RateLimiter {
     }
 
     /// Checks one unit (one request, or one byte for a byte budget).
-    #[inline]
+    // Always inlined: the steady-state step is a few dozen instructions, and a call would
+    // return the verdict through memory.
+    #[inline(always)]
     pub fn check(&self) -> Verdict {
+        let general = || self.check_general();
+        match &self.hot {
+            Hot::Bare(clock) => {
+                let count = |i| self.counters.bump(i);
+                self.step_bare(clock.now_nanos(), 1, count, |v| v, general)
+            }
+            Hot::Detected(clock, d) => {
+                let d = d.shared();
+                if d.pass_reason().is_some() {
+                    return general();
+                }
+                let count = |i| d.observe_index(i);
+                self.step_bare(clock.now_nanos(), 1, count, |v| v, general)
+            }
+            Hot::Other => self.check_dispatch(),
+        }
+    }
+
+    /// [`check`](Self::check) on another clock, or with more attached.
+    #[inline(never)]
+    fn check_dispatch(&self) -> Verdict {
+        let general = || self.check_general();
+        match &self.guard {
+            None => {
+                let count = |i| self.counters.bump(i);
+                self.step_bare(self.clock.now_nanos(), 1, count, |v| v, general)
+            }
+            // As `Hot::Detected`, on another clock.
+            Some(g) => match g.detector_only().map(|d| d.shared()) {
+                Some(d) if d.pass_reason().is_none() => {
+                    let count = |i| d.observe_index(i);
+                    self.step_bare(self.clock.now_nanos(), 1, count, |v| v, general)
+                }
+                _ => self.check_guarded(g),
+            },
+        }
+    }
+
+    /// A bare limiter's check of `cost ≥ 1` units on a request quota in steady state, stepped
+    /// inline ([`Steady`]), counted and handed to `done`; anything else — a byte budget, a
+    /// quota change, a cost over the burst, the clamp lowering the TAT, a clock past 2^62 ns —
+    /// goes to `general`. (Continuations rather than an `Option<Verdict>`, which costs a
+    /// verdict's copy and a test on the hot path.)
+    #[inline(always)]
+    fn step_bare<R>(
+        &self,
+        now: u64,
+        cost: u64,
+        count: impl FnOnce(usize),
+        done: impl FnOnce(Verdict) -> R,
+        general: impl FnOnce() -> R,
+    ) -> R {
+        // `now` is read first: the fast clock is a call into quanta, and nothing read before
+        // it then has to be kept across it.
+        let (t, tau, seq) = self.params.load_request_unconfirmed();
+        if t == 0 {
+            return general();
+        }
+        // One unit is always within the burst (every burst is at least 1): a plain check
+        // reads no burst. Unconfirmed, `cost·t` may come from two quotas: bounded by τ here.
+        let w = if cost == 1 {
+            t
+        } else {
+            let burst = self.params.burst_unconfirmed(seq);
+            match cost.checked_mul(t) {
+                Some(w) if cost != 0 && cost <= burst && w <= tau => w,
+                _ => return general(),
+            }
+        };
+        let tat = &self.cell.0.tat;
+        // Acquire: see `cell::step_checked`; `confirm` re-reads the snapshot after it.
+        let mut cur = tat.load(Ordering::Acquire);
+        loop {
+            if !self.params.confirm(seq) {
+                return general();
+            }
+            match cell::steady_step(cur, now, w, tau) {
+                Steady::Allow { tat: next, ahead } => {
+                    match tat.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Acquire)
+                    {
+                        Ok(_) => {
+                            count(ALLOWED);
+                            return done(Verdict::Allow(Allowed::new(tau - ahead, t, ahead)));
+                        }
+                        Err(actual) => cur = actual,
+                    }
+                }
+                Steady::Deny { retry_after } => {
+                    count(DENIED_QUOTA);
+                    return done(Verdict::Deny(Denied::new(retry_after, DenyReason::Quota)));
+                }
+                Steady::Cold => return general(),
+            }
+        }
+    }
+
+    /// A check with a detector or watchdog attached.
+    #[inline]
+    fn check_guarded(&self, g: &Guard) -> Verdict {
         if let Some((t, tau, seq)) = self.params.load_request() {
-            // The step of one request reads only T and τ (the burst bounds costs, and a cost
-            // of one is always within it).
             let p = Params::request(t, tau);
-            let token = Token::steady(seq);
-            let v = match &self.guard {
-                None => self.try_step(self.clock.now_nanos(), &p, t, token),
-                Some(g) => self.try_guarded(g, &p, t, token),
-            };
-            if let Some(v) = v {
+            if let Some(v) = self.try_guarded(g, &p, t, Token::steady(seq)) {
                 return v;
             }
         }
@@ -124,8 +244,36 @@ impl RateLimiter {
     /// assert!(lim.check_n(11).is_err());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    #[inline]
+    // Always inlined, as `check`.
+    #[inline(always)]
     pub fn check_n(&self, cost: u64) -> Result<Verdict, InsufficientCapacity> {
+        match &self.hot {
+            Hot::Bare(clock) => {
+                let count = |i| self.counters.bump(i);
+                self.step_bare(clock.now_nanos(), cost, count, Ok, || {
+                    self.check_n_general(cost)
+                })
+            }
+            _ => self.check_n_dispatch(cost),
+        }
+    }
+
+    /// [`check_n`](Self::check_n) on another clock, or with something attached.
+    #[inline(never)]
+    fn check_n_dispatch(&self, cost: u64) -> Result<Verdict, InsufficientCapacity> {
+        match &self.guard {
+            None => {
+                let count = |i| self.counters.bump(i);
+                let general = || self.check_n_general(cost);
+                self.step_bare(self.clock.now_nanos(), cost, count, Ok, general)
+            }
+            Some(_) => self.check_n_general(cost),
+        }
+    }
+
+    /// [`check_n`](Self::check_n) for everything [`step_bare`](Self::step_bare) leaves.
+    #[inline(never)]
+    fn check_n_general(&self, cost: u64) -> Result<Verdict, InsufficientCapacity> {
         loop {
             let (p, token) = self.resolve();
             let w = p
@@ -421,13 +569,15 @@ impl RateLimiterBuilder {
 
     /// Builds the limiter, starting full (a whole burst is available).
     pub fn build(self) -> RateLimiter {
+        let guard = Guard::boxed(self.attached);
         RateLimiter {
+            hot: Hot::new(&self.clock, guard.as_deref()),
             cell: Padded(DirectCell::default()),
             params: SharedParams::new(self.quota.params()),
             quota: Mutex::new(self.quota),
             clock: self.clock,
             counters: Counters::new(),
-            guard: Guard::boxed(self.attached),
+            guard,
         }
     }
 }

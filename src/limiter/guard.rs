@@ -92,6 +92,16 @@ impl Guard {
         self.budget.as_ref().map(Window::config)
     }
 
+    /// The detector, if it is all that acts on a plain check (no watchdog, no retry budget;
+    /// priority classes do not apply to [`check`](crate::RateLimiter::check)).
+    #[inline]
+    pub(crate) fn detector_only(&self) -> Option<&FaultDetector> {
+        match (&self.watchdog, &self.budget) {
+            (None, None) => self.detector.as_ref(),
+            _ => None,
+        }
+    }
+
     /// The clock reading: the watchdog's (fast, or the reference after a fault) if attached.
     #[inline]
     pub(crate) fn now(&self, clock: &Clock) -> u64 {

@@ -350,6 +350,15 @@ impl Shared {
         self.mode.store(code, Ordering::Relaxed);
     }
 
+    /// [`observe`](Self::observe) for a direct limiter's steady-state verdict, known by its
+    /// counter (`ALLOWED` or `DENIED_QUOTA`): no verdict to classify, no breadth panel.
+    #[inline(always)]
+    pub(crate) fn observe_index(&self, index: usize) {
+        if self.counters.record_index(index, EVAL_EVERY) {
+            self.maybe_evaluate();
+        }
+    }
+
     /// Counts a verdict (and, for a key, its panel sample) and now and then runs a due
     /// evaluation.
     #[inline]
