@@ -416,7 +416,7 @@ mod tests {
 
     #[test]
     fn a_new_store_is_small_and_the_largest_directory_fits() {
-        let s = Store::new(crate::limiter::keyed::DEFAULT_MAX_KEYS).unwrap();
+        let s = Store::new(crate::limiter::keyed::DEFAULT_MAX_KEYS).unwrap(); // unit test: a panic is the test failing
         assert_eq!(s.buckets_in_use(), FIRST);
         assert!(s.bytes() < 8 << 10, "{} bytes", s.bytes());
         assert_eq!(
