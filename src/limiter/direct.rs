@@ -391,12 +391,7 @@ impl RateLimiter {
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
     pub fn stats(&self) -> Option<Stats> {
-        Some(
-            match self.guard.as_ref().and_then(|g| g.detector.as_ref()) {
-                Some(d) => d.stats(),
-                None => self.counters.stats(),
-            },
-        )
+        Some(guard::stats(self.guard.as_deref(), &self.counters))
     }
 
     /// Replaces the quota, live, keeping the cell's fill level: if the cell has used a share

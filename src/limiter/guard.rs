@@ -10,7 +10,7 @@ use parking_lot::Mutex;
 use crate::engine::cell::{Attempt, Ceiling, Padded};
 use crate::engine::clock::Clock;
 use crate::engine::gcra;
-use crate::engine::stats::{Counters, RETRIES};
+use crate::engine::stats::{Counters, Stats, RETRIES};
 use crate::engine::verdict::{Denied, DenyReason, PassReason, PassThrough, Shadow, Verdict};
 use crate::safety::fault::FaultDetector;
 use crate::safety::watchdog::Watchdog;
@@ -229,6 +229,15 @@ impl Guard {
                 }
             }
         }
+    }
+}
+
+/// A limiter's counts: its detector's if one is attached (it counts instead of the limiter,
+/// see [`Guard::observe`]), else the limiter's own.
+pub(crate) fn stats(guard: Option<&Guard>, own: &Counters) -> Stats {
+    match guard.and_then(|g| g.detector.as_ref()) {
+        Some(d) => d.stats(),
+        None => own.stats(),
     }
 }
 

@@ -48,7 +48,7 @@ use crate::engine::params::{Gate, SharedParams};
 use crate::engine::quota::Quota;
 use crate::engine::stats::{Counters, Stats, RETRIES};
 use crate::engine::verdict::Verdict;
-use crate::limiter::guard::Guard;
+use crate::limiter::guard::{self, Guard};
 use crate::shaping::priority::{self, Priorities, Reserve};
 use crate::shaping::retry::RetryBudget;
 
@@ -282,12 +282,7 @@ impl<K> KeyedRateLimiter<K> {
     /// are the detector's counts (of every limiter it watches, since its last
     /// [`set_revision`](crate::FaultDetector::set_revision)).
     pub fn stats(&self) -> Option<Stats> {
-        Some(
-            match self.guard.as_ref().and_then(|g| g.detector.as_ref()) {
-                Some(d) => d.stats(),
-                None => self.counters.stats(),
-            },
-        )
+        Some(guard::stats(self.guard.as_deref(), &self.counters))
     }
 
     /// The clock this limiter reads.
