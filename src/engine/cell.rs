@@ -177,10 +177,7 @@ pub(crate) fn step_checked(
             // it when we wrote and was since moved away with our write in its TAT (and the
             // word reused): the step stands. Relaxed on failure: nothing is read then.
             Ok(_) => {
-                let undone = word
-                    .compare_exchange(next, cur, Ordering::AcqRel, Ordering::Relaxed)
-                    .is_ok();
-                return (!undone).then(|| verdict(outcome, &told, reason));
+                return (!undo(word, next, cur)).then(|| verdict(outcome, &told, reason));
             }
             Err(actual) => {
                 cur = actual;
@@ -188,6 +185,16 @@ pub(crate) fn step_checked(
             }
         }
     }
+}
+
+/// Undoes a write of `next` over `cur` that landed on another key's cell, if the word still
+/// holds it (see [`step_checked`]); `false` if the word moved on (the write stands).
+#[cold]
+#[inline(never)]
+pub(crate) fn undo(word: &AtomicU64, next: u64, cur: u64) -> bool {
+    // Relaxed on failure: nothing is read then.
+    word.compare_exchange(next, cur, Ordering::AcqRel, Ordering::Relaxed)
+        .is_ok()
 }
 
 /// [`step_within`] on a word that never holds the tombstone (a direct limiter, the overflow

@@ -7,14 +7,14 @@ use parking_lot::Mutex;
 
 use crate::engine::cell::{self, Attempt, Padded, Steady};
 use crate::engine::check::Check;
-use crate::engine::clock::{Clock, FastClock};
+use crate::engine::clock::Clock;
 use crate::engine::error::InsufficientCapacity;
 use crate::engine::gcra::Params;
 use crate::engine::params::{Gate, SharedParams, Token};
 use crate::engine::quota::Quota;
 use crate::engine::stats::{Counters, Stats, ALLOWED, DENIED_QUOTA, RETRIES};
 use crate::engine::verdict::{Allowed, Denied, DenyReason, PassReason, Verdict};
-use crate::limiter::guard::{self, Attached, Guard};
+use crate::limiter::guard::{self, Attached, Guard, Hot};
 use crate::safety::fault::FaultDetector;
 use crate::safety::watchdog::Watchdog;
 use crate::shaping::priority::{self, Priorities};
@@ -49,30 +49,6 @@ pub struct RateLimiter {
     /// Every verdict, unless a detector (which counts them itself) is attached.
     counters: Counters,
     guard: Option<Box<Guard>>,
-}
-
-/// What a check can do inline, fixed when the limiter is built.
-enum Hot {
-    /// The fast clock, nothing attached.
-    Bare(FastClock),
-    /// The fast clock and a detector (a clone of the attached one), nothing else that acts on
-    /// a plain check: the bare step while the detector enforces, counted by the detector.
-    Detected(FastClock, FaultDetector),
-    /// Another clock, or more attached: [`RateLimiter::check_dispatch`].
-    Other,
-}
-
-impl Hot {
-    fn new(clock: &Clock, guard: Option<&Guard>) -> Self {
-        match (clock.fast(), guard) {
-            (Some(c), None) => Hot::Bare(c),
-            (Some(c), Some(g)) => match g.detector_only() {
-                Some(d) => Hot::Detected(c, d.clone()),
-                None => Hot::Other,
-            },
-            (None, _) => Hot::Other,
-        }
-    }
 }
 
 /// The one cell, and the generation its TAT is in (read only while a quota change runs).
