@@ -49,7 +49,7 @@ impl<K> KeyedRateLimiter<K> {
             {
                 return general();
             }
-            match cell::steady_step(cur, now, t, tau) {
+            match cell::steady_step(cur, now, t, tau, tau) {
                 Steady::Allow { tat: next, ahead } => {
                     let cas = slot.tat.compare_exchange_weak(
                         cur,
