@@ -198,7 +198,7 @@ impl RateLimiter {
                     {
                         Ok(_) => {
                             count(ALLOWED);
-                            return done(Verdict::Allow(Allowed::new(tol - ahead, t, ahead)));
+                            return done(Verdict::Allow(Allowed::requests(tol - ahead, t, ahead)));
                         }
                         Err(actual) => cur = actual,
                     }

@@ -66,7 +66,7 @@ impl<K> KeyedRateLimiter<K> {
                                 return general();
                             }
                             count(ALLOWED);
-                            return Verdict::Allow(Allowed::new(tau - ahead, t, ahead));
+                            return Verdict::Allow(Allowed::requests(tau - ahead, t, ahead));
                         }
                         Err(actual) => cur = actual,
                     }
