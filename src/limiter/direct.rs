@@ -20,6 +20,8 @@ use crate::safety::watchdog::Watchdog;
 use crate::shaping::priority::{self, Priorities};
 use crate::shaping::retry::RetryBudget;
 
+mod refund;
+
 /// A rate limiter with one cell: a single TAT word, checked lock-free.
 ///
 /// Every check reads the clock, loads the quota parameters and runs one GCRA step; an allowed

@@ -57,6 +57,7 @@ mod builder;
 mod carry;
 mod grow;
 mod insert;
+mod refund;
 mod store;
 mod sweep;
 mod table;
@@ -116,6 +117,9 @@ pub struct KeyedRateLimiter<K> {
     len: AtomicUsize,
     /// Size of the spill map, read without the lock to skip it when empty.
     spilled: AtomicUsize,
+    /// The lowest TAT a lock-free refund wrote since the insert lock last looked
+    /// (`u64::MAX`: none); see `refund.rs`.
+    refunded_min: AtomicU64,
     slow: Mutex<Slow>,
     /// The generation of the spilled keys' TATs (changed under `slow`).
     spill_gate: Gate,

@@ -142,6 +142,7 @@ impl<K> KeyedRateLimiterBuilder<K> {
             quota: Mutex::new(self.quota),
             len: AtomicUsize::new(0),
             spilled: AtomicUsize::new(0),
+            refunded_min: AtomicU64::new(u64::MAX),
             guard: Guard::boxed(self.attached),
             spill_gate: Gate::default(),
             counters: Counters::new(),
