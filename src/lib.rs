@@ -199,7 +199,10 @@ pub use limits::document::{
     MAX_DOCUMENT_BYTES,
 };
 #[cfg(feature = "config")]
-pub use limits::reload::{Decision, LimitsHandle, LimitsHandleBuilder, DEFAULT_KNOWN_GOOD_AFTER};
+pub use limits::reload::{
+    Decision, LimitsHandle, LimitsHandleBuilder, MultiDecision, PolicyVerdict,
+    DEFAULT_KNOWN_GOOD_AFTER,
+};
 #[cfg(feature = "config")]
 pub use limits::rollout::{
     Rollout, RolloutBuilder, RolloutState, Stage, WindowFigures, DEFAULT_STAGES,
