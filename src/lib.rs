@@ -192,6 +192,9 @@ pub use limiter::direct::{RateLimiter, RateLimiterBuilder};
 pub use limiter::keyed::{
     KeyedRateLimiter, KeyedRateLimiterBuilder, DEFAULT_MAX_KEYS, MAX_KEYS_LIMIT,
 };
+#[cfg(feature = "tokio")]
+pub use limiter::wait::TokioSleep;
+pub use limiter::wait::Wait;
 #[cfg(feature = "config")]
 pub use limits::document::{
     Acknowledgement, Change, ConfigErrors, Diff, Direction, Format, Limits, Matcher, Policy,

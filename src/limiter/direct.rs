@@ -21,6 +21,7 @@ use crate::shaping::priority::{self, Priorities};
 use crate::shaping::retry::RetryBudget;
 
 mod refund;
+mod wait;
 
 /// A rate limiter with one cell: a single TAT word, checked lock-free.
 ///

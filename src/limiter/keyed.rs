@@ -61,6 +61,7 @@ mod refund;
 mod store;
 mod sweep;
 mod table;
+mod wait;
 
 pub use builder::KeyedRateLimiterBuilder;
 use store::Store;
