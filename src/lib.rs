@@ -6,6 +6,10 @@
 //!   typed [`Verdict`]: allow, deny with an exact retry-after, or pass-through with a reason.
 //! * A direct limiter ([`RateLimiter`]) and a keyed one ([`KeyedRateLimiter`]) bounded to
 //!   `max_keys` live keys, whatever an attacker sends.
+//! * A cost admitted earlier can be given back ([`RateLimiter::refund`],
+//!   [`KeyedRateLimiter::refund_key`]: never past a full cell), and callers that would rather
+//!   wait than be denied can ([`Wait`]: `until_ready`, `until_key_ready`, …, with jitter, a
+//!   `max_wait` and no reservation held, so a dropped wait leaves nothing behind).
 //!
 //! ```
 //! use std::time::Duration;
