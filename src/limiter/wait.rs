@@ -116,7 +116,12 @@ impl<S> Wait<S> {
     }
 }
 
-/// The sleep function of [`Wait::tokio`].
+/// The sleep function of [`Wait::tokio`]: [`tokio::time::sleep`].
+///
+/// ```
+/// let sleep: tollgate::TokioSleep = tokio::time::sleep;
+/// let _wait = tollgate::Wait::new(sleep);
+/// ```
 #[cfg(feature = "tokio")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub type TokioSleep = fn(Duration) -> tokio::time::Sleep;

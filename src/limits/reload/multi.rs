@@ -10,6 +10,7 @@ use crate::engine::verdict::{Allowed, Shadow, Verdict};
 use crate::limiter::keyed::KeyedRateLimiter;
 
 use super::policies::{shadowed, Policies};
+use super::Decision;
 
 /// What [`LimitsHandle::check_all`](crate::LimitsHandle::check_all) decided: the overall
 /// verdict, the policy that decided it, and each policy's own verdict.
@@ -81,12 +82,26 @@ pub struct PolicyVerdict {
 
 impl PolicyVerdict {
     /// The policy's name.
+    /// ```
+    /// # use tollgate::{Check, Limits, LimitsHandle};
+    /// # let handle = LimitsHandle::new(Limits::from_toml("schema = 1\nrevision = 3\n[[policies]]\nname = \"route\"\nmatch = { route = \"/v1/*\" }\nquota = \"10/s\"\n[[policies]]\nname = \"customer\"\nmatch = { route = \"/*\" }\nquota = \"1/min;burst=1\"\nalso = true\n")?);
+    /// # let d = handle.check_all("free", "api", "/v1/x", "alice", Check::cost(1))?;
+    /// assert_eq!(d.verdicts()[0].policy(), "route");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn policy(&self) -> &str {
         &self.policy
     }
 
     /// The policy's quota in the document that judged the check (for a `RateLimit-Policy`
     /// header).
+    /// ```
+    /// # use tollgate::{Check, Limits, LimitsHandle};
+    /// # let handle = LimitsHandle::new(Limits::from_toml("schema = 1\nrevision = 3\n[[policies]]\nname = \"route\"\nmatch = { route = \"/v1/*\" }\nquota = \"10/s\"\n[[policies]]\nname = \"customer\"\nmatch = { route = \"/*\" }\nquota = \"1/min;burst=1\"\nalso = true\n")?);
+    /// # let d = handle.check_all("free", "api", "/v1/x", "alice", Check::cost(1))?;
+    /// assert_eq!(d.verdicts()[1].quota(), "1/min;burst=1".parse()?);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn quota(&self) -> Quota {
         self.quota
     }
@@ -94,6 +109,13 @@ impl PolicyVerdict {
     /// The policy's own verdict, as [`LimitsHandle::check`](crate::LimitsHandle::check)
     /// would have returned it (a shadow policy's is a pass-through). After a denial by
     /// another policy, an allow here was refunded: the request consumed nothing.
+    /// ```
+    /// # use tollgate::{Check, Limits, LimitsHandle};
+    /// # let handle = LimitsHandle::new(Limits::from_toml("schema = 1\nrevision = 3\n[[policies]]\nname = \"route\"\nmatch = { route = \"/v1/*\" }\nquota = \"10/s\"\n[[policies]]\nname = \"customer\"\nmatch = { route = \"/*\" }\nquota = \"1/min;burst=1\"\nalso = true\n")?);
+    /// # let d = handle.check_all("free", "api", "/v1/x", "alice", Check::cost(1))?;
+    /// assert!(d.verdicts()[1].verdict().is_permitted());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn verdict(&self) -> Verdict {
         self.verdict
     }
@@ -102,35 +124,95 @@ impl PolicyVerdict {
 impl MultiDecision {
     /// The overall verdict (see the type's documentation for how it is chosen). When no
     /// policy applies it is an [`Allow`](Verdict::Allow) with `remaining() == u64::MAX`.
+    /// ```
+    /// # use tollgate::{Check, Limits, LimitsHandle};
+    /// # let handle = LimitsHandle::new(Limits::from_toml("schema = 1\nrevision = 3\n[[policies]]\nname = \"route\"\nmatch = { route = \"/v1/*\" }\nquota = \"10/s\"\n[[policies]]\nname = \"customer\"\nmatch = { route = \"/*\" }\nquota = \"1/min;burst=1\"\nalso = true\n")?);
+    /// # let d = handle.check_all("free", "api", "/v1/x", "alice", Check::cost(1))?;
+    /// assert_eq!(d.verdict().allowed().map(|a| a.remaining()), Some(0)); // customer decides
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn verdict(&self) -> Verdict {
         self.verdict
     }
 
     /// `true` if the request may proceed ([`Verdict::is_permitted`]).
+    /// ```
+    /// # use tollgate::{Check, Limits, LimitsHandle};
+    /// # let handle = LimitsHandle::new(Limits::from_toml("schema = 1\nrevision = 3\n[[policies]]\nname = \"route\"\nmatch = { route = \"/v1/*\" }\nquota = \"10/s\"\n[[policies]]\nname = \"customer\"\nmatch = { route = \"/*\" }\nquota = \"1/min;burst=1\"\nalso = true\n")?);
+    /// # let d = handle.check_all("free", "api", "/v1/x", "alice", Check::cost(1))?;
+    /// assert!(d.is_permitted());
+    /// assert!(!handle.check_all("free", "api", "/v1/x", "alice", Check::cost(1))?.is_permitted());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn is_permitted(&self) -> bool {
         self.verdict.is_permitted()
     }
 
     /// The revision of the document that judged the check.
+    /// ```
+    /// # use tollgate::{Check, Limits, LimitsHandle};
+    /// # let handle = LimitsHandle::new(Limits::from_toml("schema = 1\nrevision = 3\n[[policies]]\nname = \"route\"\nmatch = { route = \"/v1/*\" }\nquota = \"10/s\"\n[[policies]]\nname = \"customer\"\nmatch = { route = \"/*\" }\nquota = \"1/min;burst=1\"\nalso = true\n")?);
+    /// # let d = handle.check_all("free", "api", "/v1/x", "alice", Check::cost(1))?;
+    /// assert_eq!(d.revision(), 3);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn revision(&self) -> u64 {
         self.revision
     }
 
     /// The name of the deciding policy, or `None` if no policy applied.
+    /// ```
+    /// # use tollgate::{Check, Limits, LimitsHandle};
+    /// # let handle = LimitsHandle::new(Limits::from_toml("schema = 1\nrevision = 3\n[[policies]]\nname = \"route\"\nmatch = { route = \"/v1/*\" }\nquota = \"10/s\"\n[[policies]]\nname = \"customer\"\nmatch = { route = \"/*\" }\nquota = \"1/min;burst=1\"\nalso = true\n")?);
+    /// # let d = handle.check_all("free", "api", "/v1/x", "alice", Check::cost(1))?;
+    /// assert_eq!(d.policy(), Some("customer")); // 0 left there, 9 in "route"
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn policy(&self) -> Option<&str> {
         self.deciding().map(PolicyVerdict::policy)
     }
 
     /// The deciding policy's entry in [`verdicts`](Self::verdicts), or `None` if no policy
     /// applied.
+    /// ```
+    /// # use tollgate::{Check, Limits, LimitsHandle};
+    /// # let handle = LimitsHandle::new(Limits::from_toml("schema = 1\nrevision = 3\n[[policies]]\nname = \"route\"\nmatch = { route = \"/v1/*\" }\nquota = \"10/s\"\n[[policies]]\nname = \"customer\"\nmatch = { route = \"/*\" }\nquota = \"1/min;burst=1\"\nalso = true\n")?);
+    /// # let d = handle.check_all("free", "api", "/v1/x", "alice", Check::cost(1))?;
+    /// assert_eq!(d.deciding().map(|v| v.policy()), Some("customer"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn deciding(&self) -> Option<&PolicyVerdict> {
         self.verdicts.get(self.deciding?)
+    }
+
+    /// The overall verdict as a [`Decision`] (the deciding policy's name, the revision): for
+    /// code written against [`LimitsHandle::check`](crate::LimitsHandle::check).
+    ///
+    /// ```
+    /// # use tollgate::{Check, Limits, LimitsHandle};
+    /// # let handle = LimitsHandle::new(Limits::from_path("examples/limits/valid.toml")?);
+    /// let d = handle.check_all("paid", "checkout", "/v1/checkout/cart", "customer-42", Check::cost(1))?;
+    /// let one = d.decision();
+    /// assert_eq!((one.policy(), one.revision(), one.verdict()), (d.policy(), d.revision(), d.verdict()));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn decision(&self) -> Decision {
+        let policy = self.deciding().map(|v| Arc::clone(&v.policy));
+        Decision::new(self.verdict, self.revision, policy)
     }
 
     /// Each policy's verdict, in the order they were checked (that of
     /// [`Limits::resolve_all`](crate::Limits::resolve_all)): every applicable policy when the
     /// request is permitted; up to and including the denying one when it is not (the policies
     /// after it were not checked).
+    /// ```
+    /// # use tollgate::{Check, Limits, LimitsHandle};
+    /// # let handle = LimitsHandle::new(Limits::from_toml("schema = 1\nrevision = 3\n[[policies]]\nname = \"route\"\nmatch = { route = \"/v1/*\" }\nquota = \"10/s\"\n[[policies]]\nname = \"customer\"\nmatch = { route = \"/*\" }\nquota = \"1/min;burst=1\"\nalso = true\n")?);
+    /// # let d = handle.check_all("free", "api", "/v1/x", "alice", Check::cost(1))?;
+    /// let names: Vec<&str> = d.verdicts().iter().map(|v| v.policy()).collect();
+    /// assert_eq!(names, ["route", "customer"]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn verdicts(&self) -> &[PolicyVerdict] {
         &self.verdicts
     }

@@ -31,7 +31,7 @@ impl Rollout {
     /// quota = "100/s"
     /// also = true
     /// "#));
-    /// let rollout = Rollout::new(doc(1)?, doc(2)?)?;
+    /// let rollout = Rollout::new(doc(1)?, doc(2)?, tollgate::ManualClock::new())?;
     /// let d = rollout.check_all("free", "api", "/v1/x", "alice", Check::cost(1))?;
     /// assert_eq!(d.verdicts().len(), 2);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
