@@ -32,25 +32,24 @@ use crate::engine::verdict::Verdict;
 /// ```
 /// use std::time::Duration;
 /// use tollgate::{ManualClock, RateLimiter, Wait};
+/// # fn block_on<F: std::future::Future>(f: F) -> F::Output {
+/// #     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+/// #     let mut f = std::pin::pin!(f);
+/// #     loop { if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) { return v; } }
+/// # }
 ///
 /// let clock = ManualClock::new();
 /// let lim = RateLimiter::builder("10/s;burst=1".parse()?).clock(clock.clone()).build();
-/// // A sleep function for a test: it advances the manual clock instead of sleeping.
+/// // A sleep function for a test: it advances the manual clock instead of sleeping. In a
+/// // service: `tokio::time::sleep` (or `Wait::tokio()`, feature `tokio`).
 /// let sleep = |d: Duration| {
 ///     clock.advance(d);
 ///     std::future::ready(())
 /// };
-/// let wait = lim.until_ready_with(Wait::new(sleep));
-/// # let waker = std::task::Waker::noop();
-/// # let mut cx = std::task::Context::from_waker(&waker);
-/// # let mut wait = std::pin::pin!(wait);
-/// # let std::task::Poll::Ready(v) = wait.as_mut().poll(&mut cx) else { panic!() };
-/// # assert!(v.is_permitted());
-/// // (block on `wait` with your runtime: it is permitted at once, the cell being full)
-/// # let wait = lim.until_ready_with(Wait::new(sleep).max_wait(Duration::from_millis(50)));
-/// # let mut wait = std::pin::pin!(wait);
-/// # let std::task::Poll::Ready(v) = wait.as_mut().poll(&mut cx) else { panic!() };
-/// # assert_eq!(v.denied().map(|d| d.retry_after()), Some(Duration::from_millis(100)));
+/// assert!(block_on(lim.until_ready_with(Wait::new(sleep))).is_permitted()); // at once
+/// // The next unit is 100 ms away: a wait of at most 50 ms returns the denial.
+/// let v = block_on(lim.until_ready_with(Wait::new(sleep).max_wait(Duration::from_millis(50))));
+/// assert_eq!(v.denied().map(|d| d.retry_after()), Some(Duration::from_millis(100)));
 /// # Ok::<(), tollgate::QuotaError>(())
 /// ```
 #[must_use = "a Wait does nothing until a limiter's until_*_with method uses it"]

@@ -90,13 +90,7 @@ impl<K> KeyedRateLimiter<K> {
             let w = Self::params_at(&snap, place.gate).refund_weight(n);
             // Only this lock's holder moves or kills a slot: it stays ours.
             let _ = refund::refund_word(&place.slot.tat, now, w, || true, || true, |_| {});
-            if let Some(tat) = place
-                .slot
-                .live_key()
-                .map(|_| place.slot.tat.load(Ordering::Acquire))
-            {
-                slow.saw_live(tat);
-            }
+            slow.saw_live(place.slot.tat.load(Ordering::Acquire));
         }
     }
 
