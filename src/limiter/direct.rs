@@ -20,6 +20,9 @@ use crate::safety::watchdog::Watchdog;
 use crate::shaping::priority::{self, Priorities, Reserve};
 use crate::shaping::retry::RetryBudget;
 
+mod refund;
+mod wait;
+
 /// A rate limiter with one cell: a single TAT word, checked lock-free.
 ///
 /// Every check reads the clock, loads the quota parameters and runs one GCRA step; an allowed

@@ -57,9 +57,11 @@ mod builder;
 mod carry;
 mod grow;
 mod insert;
+mod refund;
 mod store;
 mod sweep;
 mod table;
+mod wait;
 
 pub use builder::KeyedRateLimiterBuilder;
 use store::Store;
@@ -118,6 +120,9 @@ pub struct KeyedRateLimiter<K> {
     len: AtomicUsize,
     /// Size of the spill map, read without the lock to skip it when empty.
     spilled: AtomicUsize,
+    /// The lowest TAT a lock-free refund wrote since the insert lock last looked
+    /// (`u64::MAX`: none); see `refund.rs`.
+    refunded_min: AtomicU64,
     slow: Mutex<Slow>,
     /// The generation of the spilled keys' TATs (changed under `slow`).
     spill_gate: Gate,

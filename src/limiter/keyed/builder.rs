@@ -144,6 +144,7 @@ impl<K> KeyedRateLimiterBuilder<K> {
             quota: Mutex::new(self.quota),
             len: AtomicUsize::new(0),
             spilled: AtomicUsize::new(0),
+            refunded_min: AtomicU64::new(u64::MAX),
             guard,
             spill_gate: Gate::default(),
             counters: Counters::new(),
