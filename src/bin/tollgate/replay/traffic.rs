@@ -446,10 +446,16 @@ pub(crate) fn run(
         .unwrap_or_default();
     write_charts(out_dir, &report, &marks, &rollout_tally)?;
     match format {
-        OutputFormat::Human => human(&report, out),
-        OutputFormat::Json => out.line(crate::to_json(&report.json())),
+        OutputFormat::Human => {
+            human(&report, out);
+            out.line(format!("charts: {}", out_dir.join("index.html").display()));
+        }
+        OutputFormat::Json => {
+            let mut json = report.json();
+            json["out"] = serde_json::Value::String(out_dir.display().to_string());
+            out.line(crate::to_json(&json));
+        }
     }
-    out.line(format!("charts: {}", out_dir.join("index.html").display()));
     Ok(if bad_count > 0 {
         Status::Rejected
     } else {
