@@ -23,7 +23,7 @@ pub(crate) use report::Incident;
 
 /// The JSON shapes and the models, for `tollgate replay --help`.
 pub(crate) const LONG_HELP: &str = r#"Incidents (the default; seeded, deterministic, built into the binary):
-  000  a limiter clock lagging up to 45 s under load, 10,000 customers, then the retry storm
+  000  a limiter clock lagging up to 45 s under load, 10,000 customers; clients retrying at once vs Backoff
   001  a unit dropped and the wrong policy edited: 10/s became 10/min for paying customers
   003  8 Gbit/s replica recovery on links shared with heartbeats, clients retrying 10 times
   Each runs twice: a naive limiter configured as the incident's system was, and tollgate with

@@ -2,8 +2,8 @@
 //! 45 s under load, denied legitimate traffic, and its fallback never engaged because a
 //! flood of denials is not an error; then client SDKs retried at once.
 //!
-//! The model: customers each send one request every 20 s, on a per-customer quota of
-//! `6/min;burst=1` (the incident's token bucket, sized close to use). From 08:17 the cached
+//! The model: customers each send one request every 20 s (± up to 4 s), on a per-customer quota of
+//! `4/min;burst=1` (the incident's token bucket, sized close to use). From 08:17 the cached
 //! clock is refreshed ever less often — the refresh gap ramps from 1 s to 45 s by 09:05 and
 //! stays there until the rollback completes at 09:41 — so the limiter's clock stands still
 //! between refreshes. At 10:15 the burst is raised 3× (the postmortem's emergency push).
@@ -15,6 +15,11 @@
 //!   attached: a [`Watchdog`] against the reference clock, a [`FaultDetector`] (its baseline
 //!   imported, as a deploy would carry it over) and a [`RetryBudget`]; clients use
 //!   [`Backoff`] (3 retries, jittered).
+//!
+//! What the model leaves out: its clients give up after their retries, so it does not
+//! reproduce the postmortem's 80-minute storm *after* the rollback (the real SDKs kept failed
+//! work queued and replayed it); the retry share shows the load that retrying at once adds
+//! while the fault lasts, against `Backoff` under a retry budget.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -30,6 +35,8 @@ use super::ReplayError;
 
 /// Seconds between two requests of one customer.
 const PERIOD_S: u64 = 20;
+/// The most a request leaves after its slot, in seconds.
+const JITTER_S: u64 = 4;
 /// A customer request not served within this has failed.
 const DEADLINE_MS: u64 = 30_000;
 
@@ -85,6 +92,8 @@ impl Timeline {
 struct CachedClock {
     real: ManualClock,
     seen: ManualClock,
+    /// When the background refresh next runs, in ms since the start.
+    next_refresh: std::cell::Cell<u64>,
 }
 
 impl CachedClock {
@@ -93,18 +102,19 @@ impl CachedClock {
         CachedClock {
             real: ManualClock::at(start),
             seen: ManualClock::at(start),
+            next_refresh: std::cell::Cell::new(0),
         }
     }
 
-    /// Moves real time to `t` ms since the start and refreshes the cache as the gap allows.
+    /// Moves real time to `t` ms since the start; the cache is refreshed when its refresh
+    /// is due, and the next refresh comes one gap later (the gap of that moment).
     fn set(&self, tl: &Timeline, t: u64) {
         let start = Duration::from_secs(3_600);
         self.real.set(start + Duration::from_millis(t));
         let gap = tl.refresh_gap_ms(t);
-        let cached = if gap == 0 { t } else { t / gap * gap };
-        let cached = start + Duration::from_millis(cached);
-        if cached > self.seen.now() {
-            self.seen.set(cached);
+        if gap == 0 || t >= self.next_refresh.get() {
+            self.seen.set(start + Duration::from_millis(t));
+            self.next_refresh.set(t + gap);
         }
     }
 }
@@ -134,14 +144,23 @@ fn drive(
     mut each_tick: impl FnMut(u64),
 ) -> Recorder {
     let groups = schedule(tl.customers, seed);
+    let mut jitter = super::sim::Rng::new(seed ^ 0x0000_0000_6a17_7e55);
+    // Each request leaves 0 to JITTER_S seconds after its slot, so consecutive requests of a
+    // customer are 20 ± 4 s apart: always within the quota's 15 s, never in lockstep.
+    let mut later: Vec<Vec<u32>> = vec![Vec::new(); JITTER_S as usize + 1];
     let mut rec = Recorder::new(tl.customers as usize);
     let mut due = Vec::new();
     for s in 0..tl.end * 60 {
         let t = s * 1000;
         clock.set(tl, t);
         each_tick(t);
+        for &c in &groups[(s % PERIOD_S) as usize] {
+            let j = jitter.below(JITTER_S + 1);
+            later[((s + j) % (JITTER_S + 1)) as usize].push(c);
+        }
         clients.due(t, &mut due);
-        let fresh = groups[(s % PERIOD_S) as usize].iter().map(|&key| Op {
+        let now = std::mem::take(&mut later[(s % (JITTER_S + 1)) as usize]);
+        let fresh = now.iter().map(|&key| Op {
             key,
             born: t,
             attempt: 0,
@@ -162,11 +181,11 @@ fn drive(
 /// The naive side.
 fn naive(tl: &Timeline, seed: u64) -> Result<Run, ReplayError> {
     let clock = CachedClock::new();
-    let lim = KeyedRateLimiter::<u32>::builder(quota("6/min;burst=1")?)
+    let lim = KeyedRateLimiter::<u32>::builder(quota("4/min;burst=1")?)
         .clock(clock.seen.clone())
         .max_keys(tl.customers as usize * 2)
         .build();
-    let raised = quota("6/min;burst=3")?;
+    let raised = quota("4/min;burst=3")?;
     let clients = Clients::new(
         RetryPolicy::Immediate {
             max: 10,
@@ -237,7 +256,7 @@ fn tollgate(tl: &Timeline, seed: u64) -> Result<Run, ReplayError> {
         })
         .build();
     let watchdog = Watchdog::new(clock.seen.clone(), clock.real.clone());
-    let lim = KeyedRateLimiter::<u32>::builder(quota("6/min;burst=1")?)
+    let lim = KeyedRateLimiter::<u32>::builder(quota("4/min;burst=1")?)
         .clock(clock.seen.clone())
         .max_keys(tl.customers as usize * 2)
         .detector(detector.clone())
@@ -317,7 +336,7 @@ pub(crate) fn replay(tl: &Timeline, seed: u64) -> Result<Incident, ReplayError> 
     let tollgate = tollgate(tl, seed)?;
     let notes = vec![
         format!(
-            "{} customers, one request each every {PERIOD_S} s, quota 6/min;burst=1 per customer",
+            "{} customers, one request each every {PERIOD_S} s, quota 4/min;burst=1 per customer",
             tl.customers
         ),
         "fault: the cached clock's refresh gap ramps from 1 s to 45 s, then holds until the \
@@ -327,7 +346,7 @@ pub(crate) fn replay(tl: &Timeline, seed: u64) -> Result<Incident, ReplayError> 
     Ok(Incident::new(
         (
             "000",
-            "a lagging cached clock, then the retry storm",
+            "a lagging cached clock, and clients retrying at once",
             "000_8f5fe530ac655859.txt",
         ),
         (8 * 3600 + 11 * 60, tl.fault * MINUTE, seed),
