@@ -319,7 +319,8 @@ fn a_million_line_log_replays_in_bounded_memory() {
             assert!(kib < RSS_BOUND_KIB, "peak RSS {kib} KiB");
             assert!(kib * 1024 < size / 2, "the file is not held in memory");
         }
-        None => assert!(!cfg!(target_os = "linux"), "Linux reports the peak RSS"),
+        None if cfg!(target_os = "linux") => panic!("Linux reports the peak RSS"),
+        None => println!("no peak RSS on this platform: the bound is not checked"),
     }
     assert_svg(&dir.path("out").join("traffic.svg"));
 }
