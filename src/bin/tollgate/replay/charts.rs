@@ -15,7 +15,7 @@ const W: f64 = 960.0;
 const PANEL_H: f64 = 200.0;
 const LEFT: f64 = 70.0;
 const RIGHT: f64 = 20.0;
-const COLORS: [&str; 2] = ["#c0392b", "#1f6fb2"];
+const COLORS: [&str; 3] = ["#c0392b", "#1f6fb2", "#27ae60"];
 
 /// One line on a chart.
 pub(crate) struct Series<'a> {
@@ -79,7 +79,7 @@ impl Chart<'_> {
                 s,
                 r#"<line x1="{lx}" y1="{ly}" x2="{}" y2="{ly}" stroke="{}" stroke-width="2"/><text x="{}" y="{}">{}</text>"#,
                 lx + 24.0,
-                COLORS[i % 2],
+                COLORS[i % COLORS.len()],
                 lx + 30.0,
                 ly + 4.0,
                 esc(name)
@@ -90,7 +90,7 @@ impl Chart<'_> {
             let _ = writeln!(
                 s,
                 r#"<text x="{LEFT}" y="{ly}" fill="{}">{}. {} {}</text>"#,
-                COLORS[side % 2],
+                COLORS[side % COLORS.len()],
                 n + 1,
                 clock_label(self.day_offset_secs, (*x * 1000.0) as u64),
                 esc(text)
@@ -151,7 +151,7 @@ impl Chart<'_> {
                 r#"<line x1="{0}" y1="{y0}" x2="{0}" y2="{1}" stroke="{2}" stroke-dasharray="4 3" opacity="0.7"/><text x="{3}" y="{4}" fill="{2}" font-size="10">{5}</text>"#,
                 self.x(*mx),
                 y0 + PANEL_H,
-                COLORS[side % 2],
+                COLORS[side % COLORS.len()],
                 self.x(*mx) + 2.0,
                 y0 + 12.0 + 11.0 * (*side as f64),
                 n + 1
@@ -179,7 +179,7 @@ impl Chart<'_> {
                 s,
                 r#"<path d="{}" fill="none" stroke="{}" stroke-width="1.6"/>"#,
                 d.trim_end(),
-                COLORS[i % 2]
+                COLORS[i % COLORS.len()]
             );
         }
     }
