@@ -63,7 +63,7 @@ pub(crate) struct ReplayArgs {
     )]
     traffic: Option<PathBuf>,
     /// The limits document the traffic is replayed against.
-    #[arg(long, value_name = "OLD")]
+    #[arg(long, value_name = "OLD", requires = "traffic")]
     limits: Option<PathBuf>,
     /// A second document: what it would change, as a staged rollout would have run it.
     #[arg(long, value_name = "NEW", requires = "traffic")]
