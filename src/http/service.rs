@@ -280,11 +280,16 @@ type Judged = Result<Judgement, SourceError>;
 /// denial consumes nothing) and report it; else check them all, refunding on a race.
 async fn judge(shared: &Shared, subject: &Subject, check: Check) -> Outcome {
     let limits = &shared.limits;
-    let mut judged: Vec<Option<Judged>> = (0..limits.len()).map(|_| None).collect();
+    let none = || {
+        (0..limits.len())
+            .map(|_| None)
+            .collect::<Vec<Option<Judged>>>()
+    };
+    let (mut judged, mut peeked) = (none(), none());
     if limits.len() > 1 {
         for (i, e) in limits.iter().enumerate() {
-            let peeked = e.source.peek(subject, check).resolve().await;
-            let short = match &peeked {
+            let p = e.source.peek(subject, check).resolve().await;
+            let short = match &p {
                 Err(SourceError::InsufficientCapacity(_)) => true,
                 Ok(j) => match j.verdict() {
                     Verdict::Deny(_) => true,
@@ -293,10 +298,13 @@ async fn judge(shared: &Shared, subject: &Subject, check: Check) -> Outcome {
                 },
                 Err(_) => false,
             };
+            peeked[i] = Some(p);
             if short {
+                // A denial consumes nothing: checking the short limit alone gets its exact
+                // verdict and charges no other limit.
                 judged[i] = Some(e.source.check(subject, check).resolve().await);
                 if !is_permitted(judged[i].as_ref()) {
-                    return outcome(shared, subject, check, judged).await;
+                    return outcome(shared, subject, check, judged, peeked).await;
                 }
             }
         }
@@ -311,7 +319,7 @@ async fn judge(shared: &Shared, subject: &Subject, check: Check) -> Outcome {
             }
         }
     }
-    outcome(shared, subject, check, judged).await
+    outcome(shared, subject, check, judged, peeked).await
 }
 
 fn is_permitted(j: Option<&Judged>) -> bool {
@@ -322,20 +330,39 @@ fn is_permitted(j: Option<&Judged>) -> bool {
     }
 }
 
+/// Figures and the decision from what each limit said. A limit that was peeked but not
+/// checked (another denied first) shows its peeked figures, and was not charged.
 async fn outcome(
     shared: &Shared,
     subject: &Subject,
     check: Check,
     judged: Vec<Option<Judged>>,
+    peeked: Vec<Option<Judged>>,
 ) -> Outcome {
     let mut figures = Vec::new();
     let mut passed = None;
     let mut denial: Option<(usize, Denied)> = None;
     let mut charged = Vec::new();
-    for (e, j) in shared.limits.iter().zip(judged) {
+    for ((e, j), p) in shared.limits.iter().zip(judged).zip(peeked) {
+        let j = match (j, p) {
+            (None, Some(Ok(p))) if p.is_matched() => {
+                if let Verdict::Allow(a) = p.verdict() {
+                    let policy = Arc::clone(p.policy_arc().unwrap_or(&e.name));
+                    let (remaining, reset_secs) = (a.remaining(), secs_up(a.reset_after()));
+                    figures.push(Figures {
+                        policy,
+                        quota: p.quota(),
+                        remaining,
+                        reset_secs,
+                    });
+                }
+                continue;
+            }
+            (None, _) => continue,
+            (Some(j), _) => j,
+        };
         let j = match j {
-            None => continue,
-            Some(Err(SourceError::InsufficientCapacity(ic))) => {
+            Err(SourceError::InsufficientCapacity(ic)) => {
                 refund_all(shared, subject, check, &charged).await;
                 return Outcome::TooBig {
                     policy: Arc::clone(&e.name),
@@ -343,7 +370,7 @@ async fn outcome(
                     capacity: ic.capacity(),
                 };
             }
-            Some(Err(_)) => {
+            Err(_) => {
                 Counters::bump(&shared.counters.source_errors);
                 passed = Some(PassedThrough {
                     policy: Arc::clone(&e.name),
@@ -351,8 +378,8 @@ async fn outcome(
                 });
                 continue;
             }
-            Some(Ok(j)) if !j.is_matched() => continue,
-            Some(Ok(j)) => j,
+            Ok(j) if !j.is_matched() => continue,
+            Ok(j) => j,
         };
         let policy = Arc::clone(j.policy_arc().unwrap_or(&e.name));
         let (remaining, reset_secs) = match j.verdict() {
