@@ -19,6 +19,9 @@ use super::service::RateLimit;
 use super::source::PolicySource;
 use crate::safety::slo::SuccessRate;
 
+/// Which requests may wait in queue mode.
+pub(crate) type Predicate = Arc<dyn Fn(&Parts) -> bool + Send + Sync>;
+
 pub(crate) type Hook = Arc<dyn Fn(&Rejection) -> Response<Bytes> + Send + Sync>;
 
 /// One limit of the layer: a name (used when the source names no policy) and its source.
@@ -100,7 +103,7 @@ pub(crate) struct Shared {
     pub(crate) attempts: Vec<AttemptHeader>,
     pub(crate) cost: Cost,
     pub(crate) queue: Option<Arc<Waiters>>,
-    pub(crate) queue_if: Option<Arc<dyn Fn(&Parts) -> bool + Send + Sync>>,
+    pub(crate) queue_if: Option<Predicate>,
     pub(crate) hook: Option<Hook>,
     pub(crate) success: Option<Arc<SuccessRate>>,
     pub(crate) counters: Counters,
@@ -226,7 +229,7 @@ pub struct RateLimitLayerBuilder {
     attempts: Option<Vec<AttemptHeader>>,
     cost: Cost,
     queue: Option<Queue>,
-    queue_if: Option<Arc<dyn Fn(&Parts) -> bool + Send + Sync>>,
+    queue_if: Option<Predicate>,
     hook: Option<Hook>,
     success: Option<Arc<SuccessRate>>,
 }
