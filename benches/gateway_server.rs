@@ -1,0 +1,70 @@
+//! Not a criterion bench: the server `benches/wrk.sh` drives with `wrk` to measure what the
+//! gateway layer costs (issue 11). One axum server, a trivial handler (`ok`), on one tokio
+//! worker thread, in one of three modes:
+//!
+//! * `bare`: no layer;
+//! * `keyed`: `RateLimitLayer` keyed by `x-api-key` over a `KeyedRateLimiter<String>`;
+//! * `limits`: the same keyed by a `LimitsHandle` (tier header, category, route resolved per
+//!   request), as `examples/gateway.rs` does.
+//!
+//! The quota (10^8/s) admits every request: this measures the allowed path, headers
+//! included. Run as `gateway_server --listen 127.0.0.1:PORT --mode bare|keyed|limits`;
+//! without arguments (as `cargo bench` runs it) it prints this usage and exits.
+
+use std::sync::Arc;
+
+use axum::http::HeaderName;
+use tollgate::http::{HeaderKey, RateLimitLayer};
+use tollgate::{KeyedRateLimiter, Limits, LimitsHandle};
+
+const LIMITS: &str = r#"
+schema = 1
+revision = 1
+[[policies]]
+name = "bench"
+match = { tier = "paid" }
+quota = "100000000/s"
+"#;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    let get = |flag: &str| {
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    let (Some(listen), Some(mode)) = (get("--listen"), get("--mode")) else {
+        println!("usage: gateway_server --listen ADDR:PORT --mode bare|keyed|limits (see benches/wrk.sh)");
+        return Ok(());
+    };
+    let key = || HeaderKey::new(HeaderName::from_static("x-api-key"));
+    let router = axum::Router::new().fallback(|| async { "ok" });
+    let router = match mode.as_str() {
+        "bare" => router,
+        "keyed" => router.layer(
+            RateLimitLayer::builder()
+                .key(key())
+                .limit("per-key", KeyedRateLimiter::<String>::new("100000000/s".parse()?))
+                .build()?,
+        ),
+        "limits" => router.layer(
+            RateLimitLayer::builder()
+                .key(key())
+                .tier_header(HeaderName::from_static("x-tier"))
+                .limit("limits", Arc::new(LimitsHandle::new(Limits::from_toml(LIMITS)?)))
+                .build()?,
+        ),
+        other => return Err(format!("unknown mode {other:?}").into()),
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(&listen).await?;
+        println!("listening on {}", listener.local_addr()?);
+        axum::serve(listener, router).await
+    })?;
+    Ok(())
+}
