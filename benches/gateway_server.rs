@@ -20,6 +20,7 @@ use tollgate::{KeyedRateLimiter, Limits, LimitsHandle};
 const LIMITS: &str = r#"
 schema = 1
 revision = 1
+tiers = ["paid"]
 [[policies]]
 name = "bench"
 match = { tier = "paid" }

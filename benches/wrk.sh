@@ -30,6 +30,16 @@ rps() { # port connections
     "http://127.0.0.1:$1/v1/search" | awk '/Requests\/sec/ {print $2}'
 }
 
+median() { sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
+quartiles() { sort -g | awk '{v[NR]=$1} END {printf "%s-%s", v[int((NR+3)/4)], v[int((3*NR+1)/4)]}'; }
+summary() { # file of "bare keyed limits" lines, one per round
+  local f=$1
+  printf 'median: bare %s req/s; keyed/bare %s (IQR %s); limits/bare %s (IQR %s)\n' \
+    "$(cut -d' ' -f1 "$f" | median)" \
+    "$(awk '{printf "%.3f\n", $2/$1}' "$f" | median)" "$(awk '{printf "%.3f\n", $2/$1}' "$f" | quartiles)" \
+    "$(awk '{printf "%.3f\n", $3/$1}' "$f" | median)" "$(awk '{printf "%.3f\n", $3/$1}' "$f" | quartiles)"
+}
+
 declare -A PORT=([bare]=18301 [keyed]=18302 [limits]=18303)
 PIDS=()
 for m in bare keyed limits; do PIDS+=("$(start "$m" "${PORT[$m]}")"); done
@@ -44,8 +54,5 @@ for c in 1 64; do
     echo "round $r: bare $b  keyed $k  limits $l req/s"
     echo "$b $k $l" >> /tmp/tollgate-wrk-$c
   done
-  awk '{b[NR]=$1; k[NR]=$2/$1; l[NR]=$3/$1} END {
-    n=asort(b); asort(k); asort(l); m=int((n+1)/2);
-    printf "median: bare %.0f req/s; keyed/bare %.3f (%.3f-%.3f); limits/bare %.3f (%.3f-%.3f)\n",
-      b[m], k[m], k[1], k[n], l[m], l[1], l[n] }' /tmp/tollgate-wrk-$c
+  summary "/tmp/tollgate-wrk-$c"
 done
