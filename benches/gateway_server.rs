@@ -46,14 +46,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "keyed" => router.layer(
             RateLimitLayer::builder()
                 .key(key())
-                .limit("per-key", KeyedRateLimiter::<String>::new("100000000/s".parse()?))
+                .limit(
+                    "per-key",
+                    KeyedRateLimiter::<String>::new("100000000/s".parse()?),
+                )
                 .build()?,
         ),
         "limits" => router.layer(
             RateLimitLayer::builder()
                 .key(key())
                 .tier_header(HeaderName::from_static("x-tier"))
-                .limit("limits", Arc::new(LimitsHandle::new(Limits::from_toml(LIMITS)?)))
+                .limit(
+                    "limits",
+                    Arc::new(LimitsHandle::new(Limits::from_toml(LIMITS)?)),
+                )
                 .build()?,
         ),
         other => return Err(format!("unknown mode {other:?}").into()),

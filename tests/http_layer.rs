@@ -579,3 +579,80 @@ async fn the_service_is_ready_when_its_inner_service_is() {
     let ready = svc.ready().await.unwrap();
     assert_eq!(ready.call(req("/", &[])).await.unwrap().status(), 200);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn under_concurrency_the_global_limit_holds_and_every_overcharge_is_a_counted_race() {
+    let clock = ManualClock::new(); // frozen: no capacity comes back during the test
+    let per_key = Arc::new(
+        KeyedRateLimiter::<String>::builder("5/min".parse().unwrap())
+            .clock(clock.clone())
+            .build(),
+    );
+    let global = Arc::new(
+        RateLimiter::builder("12/min".parse().unwrap())
+            .clock(clock.clone())
+            .build(),
+    );
+    let layer = RateLimitLayer::builder()
+        .key(api_key())
+        .limit("per-key", Arc::clone(&per_key))
+        .limit("global", Arc::clone(&global))
+        .build()
+        .unwrap();
+    let keys = ["a", "b", "c", "d"];
+    let mut tasks = Vec::new();
+    for t in 0..8 {
+        let layer = layer.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut allowed = 0;
+            for i in 0..10 {
+                let key = keys[(t + i) % keys.len()];
+                if call(&layer, req("/", &[("x-api-key", key)])).await.status() == 200 {
+                    allowed += 1;
+                }
+            }
+            allowed
+        }));
+    }
+    let mut allowed = 0;
+    for t in tasks {
+        allowed += t.await.unwrap();
+    }
+    assert_eq!(allowed, 12, "the global limit admits exactly its burst");
+    let used: u64 = keys
+        .iter()
+        .map(|k| {
+            5 - per_key
+                .check_key_n(*k, 0)
+                .unwrap()
+                .allowed()
+                .unwrap()
+                .remaining()
+        })
+        .sum();
+    // Every per-key unit spent on a request the global limit then denied is a counted race.
+    assert_eq!(used, 12 + layer.stats().races, "used {used}");
+    assert_eq!(layer.stats().allowed + layer.stats().denied, 80);
+}
+
+#[tokio::test]
+async fn a_forwarded_chain_far_beyond_normal_is_rejected_without_being_walked() {
+    let lim = KeyedRateLimiter::<String>::new("10/s".parse().unwrap());
+    let layer = RateLimitLayer::builder()
+        .key(ForwardedIp::trusting(["10.0.0.0/8".parse().unwrap()]))
+        .limit("per-ip", lim)
+        .build()
+        .unwrap();
+    for hops in [1_000, 100_000] {
+        let chain = vec!["10.1.1.1"; hops].join(", ");
+        let mut r = Request::get("/")
+            .header("x-forwarded-for", chain)
+            .body(Empty::new())
+            .unwrap();
+        r.extensions_mut()
+            .insert("10.0.0.1:9".parse::<SocketAddr>().unwrap());
+        let res = call(&layer, r).await;
+        assert_eq!(res.status(), 400, "{hops} hops");
+        assert_eq!(problem(res).await["reason"], "malformed_key");
+    }
+}

@@ -106,6 +106,8 @@ pub(crate) struct Shared {
     pub(crate) queue_if: Option<Predicate>,
     pub(crate) hook: Option<Hook>,
     pub(crate) success: Option<Arc<SuccessRate>>,
+    /// Whether any limit reads the category and route (else they are left empty).
+    pub(crate) classify: bool,
     pub(crate) counters: Counters,
 }
 
@@ -358,6 +360,7 @@ impl RateLimitLayerBuilder {
                 return Err(LayerError::DuplicateName(e.name.to_string()));
             }
         }
+        let classify = self.limits.iter().any(|e| e.source.reads_route());
         let shared = Shared {
             key: self.key.unwrap_or_else(|| Arc::new(GlobalKey)),
             on_missing: self.on_missing,
@@ -370,6 +373,7 @@ impl RateLimitLayerBuilder {
             queue_if: self.queue_if,
             hook: self.hook,
             success: self.success,
+            classify,
             counters: Counters::default(),
         };
         Ok(RateLimitLayer {

@@ -2,6 +2,7 @@
 //! trailers-only responses, and the body type that carries either the inner service's body
 //! or ours.
 
+use core::fmt::Write as _;
 use core::pin::Pin;
 use core::task::{Context, Poll};
 use core::time::Duration;
@@ -175,7 +176,7 @@ fn quota_window(q: &Quota) -> (u64, u64) {
 
 /// `RateLimit-Policy` for all matched limits.
 pub(crate) fn policy_field(all: &[Figures]) -> Option<HeaderValue> {
-    let mut out = String::new();
+    let mut out = String::with_capacity(48 * all.len());
     for f in all {
         let Some(q) = &f.quota else { continue };
         if !out.is_empty() {
@@ -183,23 +184,33 @@ pub(crate) fn policy_field(all: &[Figures]) -> Option<HeaderValue> {
         }
         sf_string(&f.policy, &mut out);
         let (quota, window) = quota_window(q);
-        out.push_str(&format!(";q={quota};w={window}"));
+        // Writing to a String cannot fail.
+        let _ = write!(out, ";q={quota};w={window}");
         if q.is_bytes() {
             out.push_str(";qu=\"content-bytes\"");
         }
         if q.burst() != q.count() {
-            out.push_str(&format!(";tollgate-burst={}", q.burst()));
+            let _ = write!(out, ";tollgate-burst={}", q.burst());
         }
     }
-    (!out.is_empty()).then(|| HeaderValue::from_str(&out).ok())?
+    header_value(out)
 }
 
 /// `RateLimit` for one limit.
 pub(crate) fn limit_field(f: &Figures) -> Option<HeaderValue> {
-    let mut out = String::new();
+    let mut out = String::with_capacity(32);
     sf_string(&f.policy, &mut out);
-    out.push_str(&format!(";r={};t={}", f.remaining, f.reset_secs));
-    HeaderValue::from_str(&out).ok()
+    // Writing to a String cannot fail.
+    let _ = write!(out, ";r={};t={}", f.remaining, f.reset_secs);
+    header_value(out)
+}
+
+/// A header value from a string we built (visible ASCII), without copying it.
+fn header_value(s: String) -> Option<HeaderValue> {
+    if s.is_empty() {
+        return None;
+    }
+    HeaderValue::from_maybe_shared(Bytes::from(s)).ok()
 }
 
 pub(crate) static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");

@@ -265,8 +265,14 @@ fn prepare(
     };
     let attempt = super::request::attempt(parts, &shared.attempts).map_err(|e| fail(&tier, e))?;
     let cost = shared.cost.of(parts).map_err(|e| fail(&tier, e))?;
-    let category = shared.classifier.category(parts);
-    let route = shared.classifier.route(parts);
+    let (category, route) = if shared.classify {
+        (
+            shared.classifier.category(parts),
+            shared.classifier.route(parts),
+        )
+    } else {
+        (String::new(), String::new())
+    };
     Ok((
         Subject::new(key, tier, category, route),
         Check::cost(cost).attempt(attempt),
@@ -343,6 +349,7 @@ async fn outcome(
     let mut passed = None;
     let mut denial: Option<(usize, Denied)> = None;
     let mut charged = Vec::new();
+    let peeked = peeked.into_iter().chain(core::iter::repeat_with(|| None));
     for ((e, j), p) in shared.limits.iter().zip(judged).zip(peeked) {
         let j = match (j, p) {
             (None, Some(Ok(p))) if p.is_matched() => {

@@ -240,6 +240,13 @@ pub trait PolicySource: Send + Sync + 'static {
         self.check(subject, zero)
     }
 
+    /// `true` if the source reads [`Subject::tier`], [`Subject::category`] or
+    /// [`Subject::route`]. When no source of a layer does (and no success-rate feed needs
+    /// the tier), the layer does not compute them. The default is `true`.
+    fn reads_route(&self) -> bool {
+        true
+    }
+
     /// Gives back `cost` consumed by an allowed [`check`](Self::check) of `subject`; `true`
     /// if it did. The default gives back nothing.
     fn refund<'a>(
@@ -253,6 +260,10 @@ pub trait PolicySource: Send + Sync + 'static {
 }
 
 impl PolicySource for RateLimiter {
+    fn reads_route(&self) -> bool {
+        false
+    }
+
     fn check<'a>(&'a self, _: &'a Subject, check: Check) -> Checked<'a> {
         Checked::Now(
             self.check_with(check)
@@ -263,6 +274,10 @@ impl PolicySource for RateLimiter {
 }
 
 impl PolicySource for KeyedRateLimiter<String> {
+    fn reads_route(&self) -> bool {
+        false
+    }
+
     fn check<'a>(&'a self, subject: &'a Subject, check: Check) -> Checked<'a> {
         Checked::Now(
             self.check_key_with(subject.key(), check)
@@ -274,15 +289,12 @@ impl PolicySource for KeyedRateLimiter<String> {
 
 impl PolicySource for LimitsHandle {
     fn check<'a>(&'a self, s: &'a Subject, check: Check) -> Checked<'a> {
-        let decided = LimitsHandle::check(self, s.tier(), s.category(), s.route(), s.key(), check);
+        let decided = self.check_quoted(s.tier(), s.category(), s.route(), s.key(), check);
         Checked::Now(match decided {
             Err(e) => Err(e.into()),
-            Ok(d) => Ok(match d.policy() {
+            Ok((d, quota)) => Ok(match d.policy_arc() {
                 None => Judgement::unmatched(),
-                Some(name) => {
-                    let quota = self.limiter(name).map(|l| l.quota());
-                    Judgement::new(d.verdict(), Some(Arc::from(name)), quota)
-                }
+                Some(name) => Judgement::new(d.verdict(), Some(Arc::clone(name)), quota),
             }),
         })
     }
@@ -295,6 +307,10 @@ impl<T: PolicySource + ?Sized> PolicySource for Arc<T> {
 
     fn peek<'a>(&'a self, subject: &'a Subject, check: Check) -> Checked<'a> {
         (**self).peek(subject, check)
+    }
+
+    fn reads_route(&self) -> bool {
+        (**self).reads_route()
     }
 
     fn refund<'a>(

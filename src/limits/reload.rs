@@ -25,6 +25,8 @@ use crate::limiter::keyed::KeyedRateLimiter;
 use crate::limits::document::{ConfigErrors, Diff, Limits};
 
 mod builder;
+#[cfg(feature = "tower")]
+mod gateway;
 mod policies;
 
 pub use builder::LimitsHandleBuilder;
