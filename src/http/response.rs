@@ -408,3 +408,47 @@ impl<B: Body<Data = Bytes>> Body for RateLimitBody<B> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::verdict::DenyReason;
+
+    fn figures(policy: &str, quota: &str) -> Figures {
+        Figures {
+            policy: Arc::from(policy),
+            quota: Some(quota.parse().unwrap()), // test
+            remaining: 3,
+            reset_secs: 2,
+        }
+    }
+
+    #[test]
+    fn policy_names_are_escaped_structured_strings() {
+        let f = figures("a \"b\" \\ é", "10/s");
+        let v = limit_field(&f).unwrap(); // test
+        assert_eq!(v, r#""a \"b\" \\ ?";r=3;t=2"#);
+    }
+
+    #[test]
+    fn windows_are_whole_seconds() {
+        let v = |q: &str| policy_field(&[figures("p", q)]).unwrap(); // test
+        assert_eq!(v("100/s"), r#""p";q=100;w=1"#);
+        assert_eq!(v("600/min;burst=50"), r#""p";q=600;w=60;tollgate-burst=50"#);
+        assert_eq!(v("5/ms"), r#""p";q=5000;w=1"#);
+        assert_eq!(v("1/d"), r#""p";q=1;w=86400"#);
+        assert_eq!(v("1MB/s"), r#""p";q=1000000;w=1;qu="content-bytes""#);
+        let two = policy_field(&[figures("a", "1/s"), figures("b", "2/s")]).unwrap(); // test
+        assert_eq!(two, r#""a";q=1;w=1, "b";q=2;w=1"#);
+    }
+
+    #[test]
+    fn pushback_is_rounded_up_and_never_zero() {
+        let d = |ns| Denied::new(ns, DenyReason::Quota);
+        assert_eq!(pushback_ms(&d(1)), 1);
+        assert_eq!(pushback_ms(&d(1_000_001)), 2);
+        assert_eq!(pushback_ms(&d(250_000_000)), 250);
+        assert_eq!(pushback_ms(&d(u64::MAX)), 86_400_000);
+        assert_eq!(pushback_ms(&Denied::new(5, DenyReason::ClockOverflow)), 86_400_000);
+    }
+}
