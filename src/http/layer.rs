@@ -108,6 +108,8 @@ pub(crate) struct Shared {
     pub(crate) success: Option<Arc<SuccessRate>>,
     /// Whether any limit reads the category and route (else they are left empty).
     pub(crate) classify: bool,
+    /// Whether every limit answers at once (the decision is then made inside `call`).
+    pub(crate) answers_now: bool,
     pub(crate) counters: Counters,
 }
 
@@ -361,6 +363,7 @@ impl RateLimitLayerBuilder {
             }
         }
         let classify = self.limits.iter().any(|e| e.source.reads_route());
+        let answers_now = self.limits.iter().all(|e| e.source.answers_now());
         let shared = Shared {
             key: self.key.unwrap_or_else(|| Arc::new(GlobalKey)),
             on_missing: self.on_missing,
@@ -374,6 +377,7 @@ impl RateLimitLayerBuilder {
             hook: self.hook,
             success: self.success,
             classify,
+            answers_now,
             counters: Counters::default(),
         };
         Ok(RateLimitLayer {

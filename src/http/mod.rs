@@ -40,6 +40,8 @@
 //!   `RateLimit-Policy`/`RateLimit` + a problem body; gRPC gets `grpc-status: 8` and
 //!   `grpc-retry-pushback-ms`; [`Queue`] mode waits a bounded time instead.
 
+mod fields;
+mod judge;
 mod key;
 mod layer;
 mod queue;

@@ -155,6 +155,25 @@ fn decimal(parts: &Parts, name: &HeaderName) -> Result<Option<u64>, BadHeader> {
 /// malformed (not digits, repeated, over 20 digits) is an error, answered 400. Counts past
 /// `u32::MAX` saturate.
 pub(crate) fn attempt(parts: &Parts, headers: &[AttemptHeader]) -> Result<u32, BadHeader> {
+    // One pass over the request's few headers rather than a hashed lookup per configured
+    // name: a request usually carries none of them.
+    const MAX_TRACKED: usize = 8;
+    if headers.is_empty() || headers.len() > MAX_TRACKED {
+        return attempt_by_lookup(parts, headers);
+    }
+    let mut seen = [0u8; MAX_TRACKED];
+    for (name, _) in parts.headers.iter() {
+        if let Some(i) = headers.iter().position(|h| h.name == *name) {
+            seen[i] = seen[i].saturating_add(1);
+        }
+    }
+    match seen.iter().position(|&n| n > 0) {
+        None => Ok(0),
+        Some(i) => attempt_by_lookup(parts, &headers[i..=i]),
+    }
+}
+
+fn attempt_by_lookup(parts: &Parts, headers: &[AttemptHeader]) -> Result<u32, BadHeader> {
     for h in headers {
         if let Some(n) = decimal(parts, &h.name)? {
             let n = u32::try_from(n).unwrap_or(u32::MAX);

@@ -2,18 +2,15 @@
 //! trailers-only responses, and the body type that carries either the inner service's body
 //! or ours.
 
-use core::fmt::Write as _;
 use core::pin::Pin;
 use core::task::{Context, Poll};
-use core::time::Duration;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
+use http::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, Response, StatusCode};
 use http_body::{Body, Frame, SizeHint};
 
-use crate::engine::quota::Quota;
 use crate::engine::verdict::{Denied, DenyReason, PassReason};
 
 /// Which rate-limit fields an allowed response carries.
@@ -134,117 +131,7 @@ impl PassedThrough {
     }
 }
 
-/// One matched limit's figures for the headers.
-#[derive(Clone, Debug)]
-pub(crate) struct Figures {
-    pub(crate) policy: Arc<str>,
-    pub(crate) quota: Option<Quota>,
-    /// Remaining units; 0 on a denial.
-    pub(crate) remaining: u64,
-    /// Seconds until full (allow) or until the retry (deny), rounded up.
-    pub(crate) reset_secs: u64,
-}
-
-/// A structured-field string: `"name"`, with `"` and `\` escaped and anything outside
-/// visible ASCII and space replaced by `?`.
-fn sf_string(s: &str, out: &mut String) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' | '\\' => {
-                out.push('\\');
-                out.push(c);
-            }
-            ' '..='~' => out.push(c),
-            _ => out.push('?'),
-        }
-    }
-    out.push('"');
-}
-
-/// `q` and `w` for a quota: the count over the period in whole seconds when the period is
-/// at least a second, else the count scaled to one second.
-fn quota_window(q: &Quota) -> (u64, u64) {
-    let period = q.period();
-    if period >= Duration::from_secs(1) {
-        (q.count(), period.as_secs())
-    } else {
-        let per_sec = u128::from(q.count()) * 1_000_000_000 / period.as_nanos().max(1);
-        (u64::try_from(per_sec).unwrap_or(u64::MAX), 1)
-    }
-}
-
-/// `RateLimit-Policy` for all matched limits.
-pub(crate) fn policy_field(all: &[Figures]) -> Option<HeaderValue> {
-    let mut out = String::with_capacity(48 * all.len());
-    for f in all {
-        let Some(q) = &f.quota else { continue };
-        if !out.is_empty() {
-            out.push_str(", ");
-        }
-        sf_string(&f.policy, &mut out);
-        let (quota, window) = quota_window(q);
-        // Writing to a String cannot fail.
-        let _ = write!(out, ";q={quota};w={window}");
-        if q.is_bytes() {
-            out.push_str(";qu=\"content-bytes\"");
-        }
-        if q.burst() != q.count() {
-            let _ = write!(out, ";tollgate-burst={}", q.burst());
-        }
-    }
-    header_value(out)
-}
-
-/// `RateLimit` for one limit.
-pub(crate) fn limit_field(f: &Figures) -> Option<HeaderValue> {
-    let mut out = String::with_capacity(32);
-    sf_string(&f.policy, &mut out);
-    // Writing to a String cannot fail.
-    let _ = write!(out, ";r={};t={}", f.remaining, f.reset_secs);
-    header_value(out)
-}
-
-/// A header value from a string we built (visible ASCII), without copying it.
-fn header_value(s: String) -> Option<HeaderValue> {
-    if s.is_empty() {
-        return None;
-    }
-    HeaderValue::from_maybe_shared(Bytes::from(s)).ok()
-}
-
-pub(crate) static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
-pub(crate) static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
-static X_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
-static X_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
-static X_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
-
-/// Adds the rate-limit fields for `all` matched limits, reporting `tightest` in `RateLimit`.
-pub(crate) fn add_fields(
-    headers: &mut HeaderMap,
-    mode: HeaderMode,
-    all: &[Figures],
-    tightest: &Figures,
-) {
-    match mode {
-        HeaderMode::Off => {}
-        HeaderMode::Ietf => {
-            if let Some(v) = policy_field(all) {
-                headers.insert(RATELIMIT_POLICY.clone(), v);
-            }
-            if let Some(v) = limit_field(tightest) {
-                headers.insert(RATELIMIT.clone(), v);
-            }
-        }
-        HeaderMode::Legacy => {
-            if let Some(q) = &tightest.quota {
-                headers.insert(X_LIMIT.clone(), HeaderValue::from(quota_window(q).0));
-            }
-            headers.insert(X_REMAINING.clone(), HeaderValue::from(tightest.remaining));
-            headers.insert(X_RESET.clone(), HeaderValue::from(tightest.reset_secs));
-        }
-    }
-}
+pub(crate) use super::fields::{Fields, Figures};
 
 /// The default response for a rejection: problem+json, or a trailers-only gRPC response.
 pub(crate) fn default_response(r: &Rejection) -> Response<Bytes> {
@@ -314,7 +201,9 @@ pub(crate) fn pushback_ms(d: &Denied) -> u64 {
         .clamp(1, Denied::MAX_RETRY_AFTER_SECS * 1000)
 }
 
-/// Adds `Retry-After` and the IETF fields to a rejection's response, unless a hook set them.
+/// Adds `Retry-After` and the rate-limit fields to a rejection's response, unless a hook
+/// set them. A denial always carries the fields (IETF, or legacy in
+/// [`HeaderMode::Legacy`]), whatever the mode says for allowed responses.
 pub(crate) fn add_reject_fields(
     headers: &mut HeaderMap,
     r: &Rejection,
@@ -328,13 +217,13 @@ pub(crate) fn add_reject_fields(
         }
     }
     let Some(denying) = denying else { return };
-    let mode = if mode == HeaderMode::Legacy {
-        mode
-    } else {
-        HeaderMode::Ietf
+    let mode = match mode {
+        HeaderMode::Legacy => HeaderMode::Legacy,
+        _ => HeaderMode::Ietf,
     };
-    if !headers.contains_key(&RATELIMIT) && !headers.contains_key(&X_REMAINING) {
-        add_fields(headers, mode, all, denying);
+    let fields = Fields::allowed(mode, all, denying);
+    if !fields.any_present(headers) {
+        fields.insert_into(headers);
     }
 }
 
@@ -414,34 +303,6 @@ mod tests {
     use super::*;
     use crate::engine::verdict::DenyReason;
 
-    fn figures(policy: &str, quota: &str) -> Figures {
-        Figures {
-            policy: Arc::from(policy),
-            quota: Some(quota.parse().unwrap()), // test
-            remaining: 3,
-            reset_secs: 2,
-        }
-    }
-
-    #[test]
-    fn policy_names_are_escaped_structured_strings() {
-        let f = figures("a \"b\" \\ é", "10/s");
-        let v = limit_field(&f).unwrap(); // test
-        assert_eq!(v, r#""a \"b\" \\ ?";r=3;t=2"#);
-    }
-
-    #[test]
-    fn windows_are_whole_seconds() {
-        let v = |q: &str| policy_field(&[figures("p", q)]).unwrap(); // test
-        assert_eq!(v("100/s"), r#""p";q=100;w=1"#);
-        assert_eq!(v("600/min;burst=50"), r#""p";q=600;w=60;tollgate-burst=50"#);
-        assert_eq!(v("5/ms"), r#""p";q=5000;w=1"#);
-        assert_eq!(v("1/d"), r#""p";q=1;w=86400"#);
-        assert_eq!(v("1MB/s"), r#""p";q=1000000;w=1;qu="content-bytes""#);
-        let two = policy_field(&[figures("a", "1/s"), figures("b", "2/s")]).unwrap(); // test
-        assert_eq!(two, r#""a";q=1;w=1, "b";q=2;w=1"#);
-    }
-
     #[test]
     fn pushback_is_rounded_up_and_never_zero() {
         let d = |ns| Denied::new(ns, DenyReason::Quota);
@@ -449,6 +310,9 @@ mod tests {
         assert_eq!(pushback_ms(&d(1_000_001)), 2);
         assert_eq!(pushback_ms(&d(250_000_000)), 250);
         assert_eq!(pushback_ms(&d(u64::MAX)), 86_400_000);
-        assert_eq!(pushback_ms(&Denied::new(5, DenyReason::ClockOverflow)), 86_400_000);
+        assert_eq!(
+            pushback_ms(&Denied::new(5, DenyReason::ClockOverflow)),
+            86_400_000
+        );
     }
 }

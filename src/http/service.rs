@@ -1,10 +1,14 @@
 //! The service: one request from its head to its response.
+//!
+//! When every limit answers at once (the in-memory limiters), the decision is made inside
+//! `call` and an allowed request goes straight to the inner service: the response future
+//! only adds the fields, nothing is boxed and the inner service is not cloned. An async
+//! limit or a wait in queue mode takes the boxed path.
 
 use core::fmt;
 use core::future::Future;
-use core::pin::Pin;
-use core::task::{Context, Poll};
-use core::time::Duration;
+use core::pin::{pin, Pin};
+use core::task::{ready, Context, Poll, Waker};
 use std::sync::Arc;
 
 use http::header::CONTENT_TYPE;
@@ -12,12 +16,14 @@ use http::request::Parts;
 use http::{Request, Response, StatusCode};
 use tower_service::Service;
 
+use super::judge::{judge, wait, Figs, Outcome};
 use super::key::{KeyError, OnMissingKey};
 use super::layer::{Counters, LayerStats, Shared};
-use super::response::{self, Figures, PassedThrough, RateLimitBody, RejectReason, Rejection};
-use super::source::{Judgement, SourceError, Subject};
+use super::response::{self, Fields, PassedThrough, RateLimitBody, RejectReason, Rejection};
+use super::source::Subject;
 use crate::engine::check::Check;
-use crate::engine::verdict::{Denied, Verdict};
+use crate::engine::verdict::Denied;
+use crate::safety::slo::SuccessRate;
 
 /// The service made by [`RateLimitLayer`](super::RateLimitLayer): see there for what it
 /// does. Clones share the layer's state.
@@ -55,9 +61,94 @@ impl<S: fmt::Debug> fmt::Debug for RateLimit<S> {
     }
 }
 
-/// The response future of [`RateLimit`].
-pub type ResponseFuture<RB, E> =
+type BoxedResponse<RB, E> =
     Pin<Box<dyn Future<Output = Result<Response<RateLimitBody<RB>>, E>> + Send>>;
+
+pin_project_lite::pin_project! {
+    /// The response future of [`RateLimit`]: the inner service's future with the fields to
+    /// add, the layer's own response, or (async limits, queue mode) a boxed future.
+    pub struct ResponseFuture<F, RB, E> {
+        #[pin]
+        kind: Kind<F, RB, E>,
+    }
+}
+
+pin_project_lite::pin_project! {
+    #[project = KindProj]
+    enum Kind<F, RB, E> {
+        Inner { #[pin] fut: F, extra: Option<Extra> },
+        Ready { res: Option<Response<RateLimitBody<RB>>> },
+        Boxed { fut: BoxedResponse<RB, E> },
+    }
+}
+
+impl<F, RB, E> fmt::Debug for ResponseFuture<F, RB, E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = match &self.kind {
+            Kind::Inner { .. } => "inner",
+            Kind::Ready { .. } => "ready",
+            Kind::Boxed { .. } => "boxed",
+        };
+        f.debug_struct("ResponseFuture")
+            .field("kind", &kind)
+            .finish()
+    }
+}
+
+impl<F, RB, E> ResponseFuture<F, RB, E> {
+    fn ready(res: Response<RateLimitBody<RB>>) -> Self {
+        Self {
+            kind: Kind::Ready { res: Some(res) },
+        }
+    }
+
+    fn boxed(fut: BoxedResponse<RB, E>) -> Self {
+        Self {
+            kind: Kind::Boxed { fut },
+        }
+    }
+}
+
+impl<F, RB, E> Future for ResponseFuture<F, RB, E>
+where
+    F: Future<Output = Result<Response<RB>, E>>,
+{
+    type Output = Result<Response<RateLimitBody<RB>>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project().kind.project() {
+            KindProj::Inner { fut, extra } => {
+                let mut res = ready!(fut.poll(cx))?;
+                if let Some(extra) = extra.take() {
+                    extra.apply(&mut res);
+                }
+                Poll::Ready(Ok(res.map(RateLimitBody::inner)))
+            }
+            // Polled again after completing: a caller's mistake; never completes again.
+            KindProj::Ready { res } => res.take().map_or(Poll::Pending, |r| Poll::Ready(Ok(r))),
+            KindProj::Boxed { fut } => fut.as_mut().poll(cx),
+        }
+    }
+}
+
+/// What an allowed response gets once the inner service answers.
+struct Extra {
+    fields: Fields,
+    passed: Option<PassedThrough>,
+    slo: Option<(Arc<SuccessRate>, String)>,
+}
+
+impl Extra {
+    fn apply<RB>(self, res: &mut Response<RB>) {
+        self.fields.insert_into(res.headers_mut());
+        if let Some(p) = self.passed {
+            res.extensions_mut().insert(p);
+        }
+        if let Some((slo, tier)) = self.slo {
+            slo.record(&tier, res.status().as_u16());
+        }
+    }
+}
 
 impl<S, B, RB> Service<Request<B>> for RateLimit<S>
 where
@@ -69,108 +160,176 @@ where
 {
     type Response = Response<RateLimitBody<RB>>;
     type Error = S::Error;
-    type Future = ResponseFuture<RB, S::Error>;
+    type Future = ResponseFuture<S::Future, RB, S::Error>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
-        // The service polled ready is the one that serves this request; a fresh clone
-        // takes its place for the next one.
-        let fresh = self.inner.clone();
-        let inner = core::mem::replace(&mut self.inner, fresh);
-        Box::pin(run(Arc::clone(&self.shared), inner, req))
+        let shared = Arc::clone(&self.shared);
+        let (parts, body) = req.into_parts();
+        let grpc = is_grpc(&parts);
+        let (subject, check) = match prepare(&shared, &parts, grpc) {
+            Ok(p) => p,
+            Err((tier, rejection)) => {
+                Counters::bump(&shared.counters.bad_requests);
+                return ResponseFuture::ready(reject(&shared, &tier, &rejection, &[], None));
+            }
+        };
+        if shared.answers_now {
+            // Every limit answers at once, so the judging future completes on its first
+            // poll; a source that breaks that promise is treated as a failed source.
+            let judged = {
+                let fut = pin!(judge(&shared, &subject, check));
+                fut.poll(&mut Context::from_waker(Waker::noop()))
+            };
+            let outcome = match judged {
+                Poll::Ready(o) => o,
+                Poll::Pending => {
+                    Counters::bump(&shared.counters.source_errors);
+                    let policy = Arc::clone(&shared.limits[0].name); // reason: a layer has at least one limit
+                    let passed = Some(PassedThrough {
+                        policy,
+                        reason: None,
+                    });
+                    Outcome::Allowed {
+                        figures: Figs::None,
+                        passed,
+                    }
+                }
+            };
+            if !(outcome.is_denied() && queue_applies(&shared, &parts)) {
+                return match outcome {
+                    Outcome::Allowed { figures, passed } => {
+                        let extra = allowed(&shared, &figures, passed, &subject);
+                        let fut = self.inner.call(Request::from_parts(parts, body));
+                        ResponseFuture {
+                            kind: Kind::Inner {
+                                fut,
+                                extra: Some(extra),
+                            },
+                        }
+                    }
+                    denied => ResponseFuture::ready(rejected(&shared, &subject, denied, grpc)),
+                };
+            }
+            // Denied, and queue mode applies: wait on the boxed path.
+            let inner = self.take_inner();
+            return ResponseFuture::boxed(Box::pin(async move {
+                let outcome = wait(&shared, &subject, check, outcome).await;
+                finish(&shared, inner, parts, body, subject, outcome, grpc).await
+            }));
+        }
+        let inner = self.take_inner();
+        ResponseFuture::boxed(Box::pin(async move {
+            let mut outcome = judge(&shared, &subject, check).await;
+            if outcome.is_denied() && queue_applies(&shared, &parts) {
+                outcome = wait(&shared, &subject, check, outcome).await;
+            }
+            finish(&shared, inner, parts, body, subject, outcome, grpc).await
+        }))
     }
 }
 
-/// What all limits together decided.
-enum Outcome {
-    Allowed {
-        figures: Vec<Figures>,
-        passed: Option<PassedThrough>,
-    },
-    Denied {
-        figures: Vec<Figures>,
-        denying: usize,
-        denied: Denied,
-        /// Queue mode was on but its caps were reached.
-        queue_full: bool,
-    },
-    TooBig {
-        policy: Arc<str>,
-        cost: u64,
-        capacity: u64,
-    },
+impl<S: Clone> RateLimit<S> {
+    /// The service polled ready, for a request served later; a fresh clone takes its place.
+    fn take_inner(&mut self) -> S {
+        let fresh = self.inner.clone();
+        core::mem::replace(&mut self.inner, fresh)
+    }
 }
 
-async fn run<S, B, RB>(
-    shared: Arc<Shared>,
+/// The boxed path's end: the inner service for an allowed request, the rejection otherwise.
+async fn finish<S, B, RB>(
+    shared: &Shared,
     mut inner: S,
-    req: Request<B>,
+    parts: Parts,
+    body: B,
+    subject: Subject,
+    outcome: Outcome,
+    grpc: bool,
 ) -> Result<Response<RateLimitBody<RB>>, S::Error>
 where
     S: Service<Request<B>, Response = Response<RB>>,
 {
-    let (parts, body) = req.into_parts();
-    let grpc = is_grpc(&parts);
-    let (subject, check) = match prepare(&shared, &parts, grpc) {
-        Ok(p) => p,
-        Err((tier, rejection)) => {
-            Counters::bump(&shared.counters.bad_requests);
-            return Ok(reject(&shared, &tier, &rejection, &[], None));
-        }
-    };
-    let mut outcome = judge(&shared, &subject, check).await;
-    if matches!(outcome, Outcome::Denied { .. }) && queue_applies(&shared, &parts) {
-        outcome = wait(&shared, &subject, check, outcome).await;
-    }
     match outcome {
         Outcome::Allowed { figures, passed } => {
-            Counters::bump(&shared.counters.allowed);
+            let extra = allowed(shared, &figures, passed, &subject);
             let mut res = inner.call(Request::from_parts(parts, body)).await?;
-            if let Some(tightest) = figures.iter().min_by_key(|f| f.remaining) {
-                response::add_fields(res.headers_mut(), shared.headers, &figures, tightest);
-            } else if passed.is_none() {
-                Counters::bump(&shared.counters.unmatched);
-            }
-            if let Some(p) = passed {
-                Counters::bump(&shared.counters.passed_through);
-                res.extensions_mut().insert(p);
-            }
-            if let Some(slo) = &shared.success {
-                slo.record(subject.tier(), res.status().as_u16());
-            }
+            extra.apply(&mut res);
             Ok(res.map(RateLimitBody::inner))
         }
+        denied => Ok(rejected(shared, &subject, denied, grpc)),
+    }
+}
+
+/// Counts an allowed request and prepares what its response gets.
+fn allowed(
+    shared: &Shared,
+    figures: &Figs,
+    passed: Option<PassedThrough>,
+    subject: &Subject,
+) -> Extra {
+    Counters::bump(&shared.counters.allowed);
+    let all = figures.as_slice();
+    let fields = match all.iter().min_by_key(|f| f.remaining) {
+        Some(tightest) => Fields::allowed(shared.headers, all, tightest),
+        None => {
+            if passed.is_none() {
+                Counters::bump(&shared.counters.unmatched);
+            }
+            Fields::default()
+        }
+    };
+    if passed.is_some() {
+        Counters::bump(&shared.counters.passed_through);
+    }
+    let slo = shared
+        .success
+        .as_ref()
+        .map(|s| (Arc::clone(s), subject.tier().to_owned()));
+    Extra {
+        fields,
+        passed,
+        slo,
+    }
+}
+
+/// The layer's response to a denied (or too costly) request.
+fn rejected<RB>(
+    shared: &Shared,
+    subject: &Subject,
+    outcome: Outcome,
+    grpc: bool,
+) -> Response<RateLimitBody<RB>> {
+    Counters::bump(&shared.counters.denied);
+    match outcome {
         Outcome::Denied {
             figures,
             denying,
             denied,
             queue_full,
         } => {
-            Counters::bump(&shared.counters.denied);
-            let policy = Arc::clone(&figures[denying].policy);
-            let reason = if queue_full {
-                RejectReason::QueueFull
-            } else {
-                RejectReason::Denied(denied.reason())
+            let all = figures.as_slice();
+            let Some(denier) = all.get(denying) else {
+                // The index comes from the same list; an allowance is the only other case.
+                return reject(
+                    shared,
+                    subject.tier(),
+                    &too_many(None, denied, grpc, false),
+                    all,
+                    None,
+                );
             };
-            let rejection = denial(policy, denied, grpc, reason);
-            Ok(reject(
-                &shared,
-                subject.tier(),
-                &rejection,
-                &figures,
-                Some(denying),
-            ))
+            let rejection = too_many(Some(Arc::clone(&denier.policy)), denied, grpc, queue_full);
+            reject(shared, subject.tier(), &rejection, all, Some(denying))
         }
         Outcome::TooBig {
             policy,
             cost,
             capacity,
         } => {
-            Counters::bump(&shared.counters.denied);
             let rejection = Rejection {
                 status: StatusCode::PAYLOAD_TOO_LARGE,
                 reason: RejectReason::InsufficientCapacity,
@@ -181,7 +340,12 @@ where
                 retry_after: None,
                 grpc,
             };
-            Ok(reject(&shared, subject.tier(), &rejection, &[], None))
+            reject(shared, subject.tier(), &rejection, &[], None)
+        }
+        Outcome::Allowed { .. } => {
+            // Not reached: callers pass denials only. Answer as a plain denial of nothing.
+            let rejection = too_many(None, Denied::new(0, crate::DenyReason::Quota), grpc, false);
+            reject(shared, subject.tier(), &rejection, &[], None)
         }
     }
 }
@@ -197,22 +361,27 @@ fn queue_applies(shared: &Shared, parts: &Parts) -> bool {
     shared.queue.is_some() && shared.queue_if.as_ref().is_none_or(|f| f(parts))
 }
 
-fn denial(policy: Arc<str>, denied: Denied, grpc: bool, reason: RejectReason) -> Rejection {
-    let detail = match reason {
-        RejectReason::QueueFull => format!(
-            "rate limited by policy {policy:?} and the wait queue is full; retry after {} s",
+fn too_many(policy: Option<Arc<str>>, denied: Denied, grpc: bool, queue_full: bool) -> Rejection {
+    let name = policy.as_deref().unwrap_or("(unnamed)");
+    let (reason, detail) = if queue_full {
+        let detail = format!(
+            "rate limited by policy {name:?} and the wait queue is full; retry after {} s",
             denied.retry_after_secs()
-        ),
-        _ => format!(
-            "rate limited by policy {policy:?} ({}); retry after {} s",
+        );
+        (RejectReason::QueueFull, detail)
+    } else {
+        let reason = RejectReason::Denied(denied.reason());
+        let detail = format!(
+            "rate limited by policy {name:?} ({}); retry after {} s",
             reason.as_str(),
             denied.retry_after_secs()
-        ),
+        );
+        (reason, detail)
     };
     Rejection {
         status: StatusCode::TOO_MANY_REQUESTS,
         reason,
-        policy: Some(policy),
+        policy,
         retry_after: Some(denied),
         detail,
         grpc,
@@ -234,12 +403,13 @@ fn prepare(
         detail,
         grpc,
     };
-    let tier = shared.classifier.tier(parts).map_err(|e| {
-        (
-            String::new(),
-            bad(StatusCode::BAD_REQUEST, RejectReason::MalformedHeader, e.0),
-        )
-    })?;
+    let malformed = |e: super::request::BadHeader| {
+        bad(StatusCode::BAD_REQUEST, RejectReason::MalformedHeader, e.0)
+    };
+    let tier = shared
+        .classifier
+        .tier(parts)
+        .map_err(|e| (String::new(), malformed(e)))?;
     let key = match (shared.key.extract(parts), &shared.on_missing) {
         (Ok(k), _) => k,
         (Err(_), OnMissingKey::Fallback(k)) => k.clone(),
@@ -247,24 +417,22 @@ fn prepare(
             return Err((tier, bad(*status, RejectReason::MissingKey, e.to_string())));
         }
         (Err(e), _) => {
-            return Err((
-                tier,
-                bad(
-                    StatusCode::BAD_REQUEST,
-                    RejectReason::MalformedKey,
-                    e.to_string(),
-                ),
-            ));
+            let r = bad(
+                StatusCode::BAD_REQUEST,
+                RejectReason::MalformedKey,
+                e.to_string(),
+            );
+            return Err((tier, r));
         }
     };
-    let fail = |tier: &String, e: super::request::BadHeader| {
-        (
-            tier.clone(),
-            bad(StatusCode::BAD_REQUEST, RejectReason::MalformedHeader, e.0),
-        )
+    let attempt = match super::request::attempt(parts, &shared.attempts) {
+        Ok(a) => a,
+        Err(e) => return Err((tier, malformed(e))),
     };
-    let attempt = super::request::attempt(parts, &shared.attempts).map_err(|e| fail(&tier, e))?;
-    let cost = shared.cost.of(parts).map_err(|e| fail(&tier, e))?;
+    let cost = match shared.cost.of(parts) {
+        Ok(c) => c,
+        Err(e) => return Err((tier, malformed(e))),
+    };
     let (category, route) = if shared.classify {
         (
             shared.classifier.category(parts),
@@ -273,227 +441,8 @@ fn prepare(
     } else {
         (String::new(), String::new())
     };
-    Ok((
-        Subject::new(key, tier, category, route),
-        Check::cost(cost).attempt(attempt),
-    ))
-}
-
-/// A source's judgement, or `None` for a failed source (passed through, counted).
-type Judged = Result<Judgement, SourceError>;
-
-/// All limits, all or nothing: peek every limit; if one would deny, check only that one (a
-/// denial consumes nothing) and report it; else check them all, refunding on a race.
-async fn judge(shared: &Shared, subject: &Subject, check: Check) -> Outcome {
-    let limits = &shared.limits;
-    let none = || {
-        (0..limits.len())
-            .map(|_| None)
-            .collect::<Vec<Option<Judged>>>()
-    };
-    let (mut judged, mut peeked) = (none(), none());
-    if limits.len() > 1 {
-        for (i, e) in limits.iter().enumerate() {
-            let p = e.source.peek(subject, check).resolve().await;
-            let short = match &p {
-                Err(SourceError::InsufficientCapacity(_)) => true,
-                Ok(j) => match j.verdict() {
-                    Verdict::Deny(_) => true,
-                    Verdict::Allow(a) => j.is_matched() && a.remaining() < check.units(),
-                    _ => false,
-                },
-                Err(_) => false,
-            };
-            peeked[i] = Some(p);
-            if short {
-                // A denial consumes nothing: checking the short limit alone gets its exact
-                // verdict and charges no other limit.
-                judged[i] = Some(e.source.check(subject, check).resolve().await);
-                if !is_permitted(judged[i].as_ref()) {
-                    return outcome(shared, subject, check, judged, peeked).await;
-                }
-            }
-        }
-    }
-    for (i, e) in limits.iter().enumerate() {
-        if judged[i].is_none() {
-            let j = e.source.check(subject, check).resolve().await;
-            let stop = !is_permitted(Some(&j));
-            judged[i] = Some(j);
-            if stop {
-                break;
-            }
-        }
-    }
-    outcome(shared, subject, check, judged, peeked).await
-}
-
-fn is_permitted(j: Option<&Judged>) -> bool {
-    match j {
-        Some(Ok(j)) => j.verdict().is_permitted(),
-        Some(Err(SourceError::InsufficientCapacity(_))) => false,
-        _ => true,
-    }
-}
-
-/// Figures and the decision from what each limit said. A limit that was peeked but not
-/// checked (another denied first) shows its peeked figures, and was not charged.
-async fn outcome(
-    shared: &Shared,
-    subject: &Subject,
-    check: Check,
-    judged: Vec<Option<Judged>>,
-    peeked: Vec<Option<Judged>>,
-) -> Outcome {
-    let mut figures = Vec::new();
-    let mut passed = None;
-    let mut denial: Option<(usize, Denied)> = None;
-    let mut charged = Vec::new();
-    let peeked = peeked.into_iter().chain(core::iter::repeat_with(|| None));
-    for ((e, j), p) in shared.limits.iter().zip(judged).zip(peeked) {
-        let j = match (j, p) {
-            (None, Some(Ok(p))) if p.is_matched() => {
-                if let Verdict::Allow(a) = p.verdict() {
-                    let policy = Arc::clone(p.policy_arc().unwrap_or(&e.name));
-                    let (remaining, reset_secs) = (a.remaining(), secs_up(a.reset_after()));
-                    figures.push(Figures {
-                        policy,
-                        quota: p.quota(),
-                        remaining,
-                        reset_secs,
-                    });
-                }
-                continue;
-            }
-            (None, _) => continue,
-            (Some(j), _) => j,
-        };
-        let j = match j {
-            Err(SourceError::InsufficientCapacity(ic)) => {
-                refund_all(shared, subject, check, &charged).await;
-                return Outcome::TooBig {
-                    policy: Arc::clone(&e.name),
-                    cost: ic.cost(),
-                    capacity: ic.capacity(),
-                };
-            }
-            Err(_) => {
-                Counters::bump(&shared.counters.source_errors);
-                passed = Some(PassedThrough {
-                    policy: Arc::clone(&e.name),
-                    reason: None,
-                });
-                continue;
-            }
-            Ok(j) if !j.is_matched() => continue,
-            Ok(j) => j,
-        };
-        let policy = Arc::clone(j.policy_arc().unwrap_or(&e.name));
-        let (remaining, reset_secs) = match j.verdict() {
-            Verdict::Allow(a) => {
-                charged.push(Arc::clone(&e.source));
-                (a.remaining(), secs_up(a.reset_after()))
-            }
-            Verdict::Deny(d) => {
-                denial = Some((figures.len(), d));
-                (0, d.retry_after_secs())
-            }
-            Verdict::PassThrough(p) => {
-                passed = Some(PassedThrough {
-                    policy,
-                    reason: Some(p.reason()),
-                });
-                continue;
-            }
-        };
-        figures.push(Figures {
-            policy,
-            quota: j.quota(),
-            remaining,
-            reset_secs,
-        });
-    }
-    match denial {
-        Some((denying, denied)) => {
-            refund_all(shared, subject, check, &charged).await;
-            Outcome::Denied {
-                figures,
-                denying,
-                denied,
-                queue_full: false,
-            }
-        }
-        None => Outcome::Allowed { figures, passed },
-    }
-}
-
-/// Gives back what the allowing limits of a rejected request consumed.
-async fn refund_all(
-    shared: &Shared,
-    subject: &Subject,
-    check: Check,
-    charged: &[Arc<dyn super::PolicySource>],
-) {
-    for source in charged {
-        if !source.refund(subject, check.units()).await {
-            Counters::bump(&shared.counters.races);
-        }
-    }
-}
-
-fn secs_up(d: Duration) -> u64 {
-    d.as_nanos()
-        .div_ceil(1_000_000_000)
-        .try_into()
-        .unwrap_or(u64::MAX)
-}
-
-/// Queue mode: wait for capacity up to `max_wait`, holding a waiter slot.
-async fn wait(shared: &Shared, subject: &Subject, check: Check, mut outcome: Outcome) -> Outcome {
-    let Some(waiters) = shared.queue.as_ref() else {
-        return outcome;
-    };
-    let max_wait = waiters.config.max_wait();
-    let Outcome::Denied { denied, .. } = &outcome else {
-        return outcome;
-    };
-    if denied.retry_after() > max_wait {
-        return outcome;
-    }
-    let Some(_slot) = waiters.enter(subject.key()) else {
-        Counters::bump(&shared.counters.queue_full);
-        return queue_full(outcome);
-    };
-    Counters::bump(&shared.counters.queued);
-    let mut waited = Duration::ZERO;
-    while let Outcome::Denied { denied, .. } = &outcome {
-        let left = max_wait.saturating_sub(waited);
-        if denied.retry_after() > left || left.is_zero() {
-            break;
-        }
-        let nap = waiters.jittered(denied.retry_after()).min(left);
-        waiters.sleep(nap).await;
-        waited = waited.saturating_add(nap);
-        outcome = judge(shared, subject, check).await;
-    }
-    outcome
-}
-
-fn queue_full(outcome: Outcome) -> Outcome {
-    match outcome {
-        Outcome::Denied {
-            figures,
-            denying,
-            denied,
-            ..
-        } => Outcome::Denied {
-            figures,
-            denying,
-            denied,
-            queue_full: true,
-        },
-        other => other,
-    }
+    let subject = Subject::new(key, tier, category, route);
+    Ok((subject, Check::cost(cost).attempt(attempt)))
 }
 
 /// The layer's response to a rejected request.
@@ -501,7 +450,7 @@ fn reject<RB>(
     shared: &Shared,
     tier: &str,
     rejection: &Rejection,
-    figures: &[Figures],
+    figures: &[response::Figures],
     denying: Option<usize>,
 ) -> Response<RateLimitBody<RB>> {
     let res = match &shared.hook {

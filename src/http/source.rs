@@ -240,6 +240,16 @@ pub trait PolicySource: Send + Sync + 'static {
         self.check(subject, zero)
     }
 
+    /// `true` if [`check`](Self::check) and [`peek`](Self::peek) always answer
+    /// [`Checked::Now`] (in-memory limiters). When every limit of a layer does, the layer
+    /// decides inside `call` and hands an allowed request straight to the inner service,
+    /// with no boxed future; a source that says so and then answers
+    /// [`Checked::Later`] is treated as failed (passed through, counted). The default is
+    /// `false`.
+    fn answers_now(&self) -> bool {
+        false
+    }
+
     /// `true` if the source reads [`Subject::tier`], [`Subject::category`] or
     /// [`Subject::route`]. When no source of a layer does (and no success-rate feed needs
     /// the tier), the layer does not compute them. The default is `true`.
@@ -260,6 +270,10 @@ pub trait PolicySource: Send + Sync + 'static {
 }
 
 impl PolicySource for RateLimiter {
+    fn answers_now(&self) -> bool {
+        true
+    }
+
     fn reads_route(&self) -> bool {
         false
     }
@@ -274,6 +288,10 @@ impl PolicySource for RateLimiter {
 }
 
 impl PolicySource for KeyedRateLimiter<String> {
+    fn answers_now(&self) -> bool {
+        true
+    }
+
     fn reads_route(&self) -> bool {
         false
     }
@@ -288,6 +306,10 @@ impl PolicySource for KeyedRateLimiter<String> {
 }
 
 impl PolicySource for LimitsHandle {
+    fn answers_now(&self) -> bool {
+        true
+    }
+
     fn check<'a>(&'a self, s: &'a Subject, check: Check) -> Checked<'a> {
         let decided = self.check_quoted(s.tier(), s.category(), s.route(), s.key(), check);
         Checked::Now(match decided {
@@ -311,6 +333,10 @@ impl<T: PolicySource + ?Sized> PolicySource for Arc<T> {
 
     fn reads_route(&self) -> bool {
         (**self).reads_route()
+    }
+
+    fn answers_now(&self) -> bool {
+        (**self).answers_now()
     }
 
     fn refund<'a>(
