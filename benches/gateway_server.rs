@@ -4,17 +4,19 @@
 //!
 //! * `bare`: no layer;
 //! * `keyed`: `RateLimitLayer` keyed by `x-api-key` over a `KeyedRateLimiter<String>`;
+//! * `keyed-off`: the same with `HeaderMode::Off` (no fields on allowed responses), to tell
+//!   the limiting from the fields;
 //! * `limits`: the same keyed by a `LimitsHandle` (tier header, category, route resolved per
 //!   request), as `examples/gateway.rs` does.
 //!
 //! The quota (10^8/s) admits every request: this measures the allowed path, headers
-//! included. Run as `gateway_server --listen 127.0.0.1:PORT --mode bare|keyed|limits`;
+//! included. Run as `gateway_server --listen 127.0.0.1:PORT --mode bare|keyed|keyed-off|limits`;
 //! without arguments (as `cargo bench` runs it) it prints this usage and exits.
 
 use std::sync::Arc;
 
 use axum::http::HeaderName;
-use tollgate::http::{HeaderKey, RateLimitLayer};
+use tollgate::http::{HeaderKey, HeaderMode, RateLimitLayer};
 use tollgate::{KeyedRateLimiter, Limits, LimitsHandle};
 
 const LIMITS: &str = r#"
@@ -36,7 +38,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .cloned()
     };
     let (Some(listen), Some(mode)) = (get("--listen"), get("--mode")) else {
-        println!("usage: gateway_server --listen ADDR:PORT --mode bare|keyed|limits (see benches/wrk.sh)");
+        println!("usage: gateway_server --listen ADDR:PORT --mode bare|keyed|keyed-off|limits (see benches/wrk.sh)");
         return Ok(());
     };
     let key = || HeaderKey::new(HeaderName::from_static("x-api-key"));
@@ -50,6 +52,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     "per-key",
                     KeyedRateLimiter::<String>::new("100000000/s".parse()?),
                 )
+                .build()?,
+        ),
+        "keyed-off" => router.layer(
+            RateLimitLayer::builder()
+                .key(key())
+                .headers(HeaderMode::Off)
+                .limit("per-key", KeyedRateLimiter::<String>::new("100000000/s".parse()?))
                 .build()?,
         ),
         "limits" => router.layer(

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use http::header::{HeaderName, HeaderValue};
 use http::HeaderMap;
+use parking_lot::RwLock;
 
 use super::response::HeaderMode;
 use crate::engine::gcra::Per;
@@ -39,12 +40,20 @@ pub(crate) struct Fields {
 }
 
 impl Fields {
-    /// The fields for `all` matched limits in `mode`, reporting `tightest` in `RateLimit`.
-    pub(crate) fn allowed(mode: HeaderMode, all: &[Figures], tightest: &Figures) -> Self {
+    /// The fields for `all` matched limits in `mode`, reporting `tightest` in `RateLimit`;
+    /// `RateLimit-Policy` from `cache` when it holds it.
+    pub(crate) fn allowed(
+        mode: HeaderMode,
+        all: &[Figures],
+        tightest: &Figures,
+        cache: Option<&PolicyCache>,
+    ) -> Self {
         let slots = match mode {
             HeaderMode::Off => [None, None, None],
             HeaderMode::Ietf => [
-                policy_field(all).map(|v| (&RATELIMIT_POLICY, v)),
+                cache
+                    .map_or_else(|| policy_field(all), |c| c.field(all))
+                    .map(|v| (&RATELIMIT_POLICY, v)),
                 limit_field(tightest).map(|v| (&RATELIMIT, v)),
                 None,
             ],
@@ -72,6 +81,27 @@ impl Fields {
         for (name, value) in self.slots.into_iter().flatten() {
             headers.insert(name.clone(), value);
         }
+    }
+}
+
+/// The last one-policy `RateLimit-Policy` value built, with the policy and quota it names:
+/// the field is the same for every request of a policy, so most requests clone it (a
+/// reference count) instead of writing it.
+#[derive(Debug, Default)]
+pub(crate) struct PolicyCache(RwLock<Option<(Arc<str>, Quota, HeaderValue)>>);
+
+impl PolicyCache {
+    fn field(&self, all: &[Figures]) -> Option<HeaderValue> {
+        let [one] = all else { return policy_field(all) };
+        let Some(quota) = one.quota else { return None };
+        if let Some((name, q, value)) = &*self.0.read() {
+            if *q == quota && (Arc::ptr_eq(name, &one.policy) || **name == *one.policy) {
+                return Some(value.clone());
+            }
+        }
+        let value = policy_field(all)?;
+        *self.0.write() = Some((Arc::clone(&one.policy), quota, value.clone()));
+        Some(value)
     }
 }
 
@@ -233,6 +263,25 @@ mod tests {
         assert_eq!(v("3MB/min"), r#""p";q=3000000;w=60;qu="content-bytes""#);
         let two = policy_field(&[figures("a", "1/s"), figures("b", "2/s")]).unwrap(); // test
         assert_eq!(two, r#""a";q=1;w=1, "b";q=2;w=1"#);
+    }
+
+    #[test]
+    fn the_cache_answers_for_the_policy_and_quota_it_holds() {
+        let cache = PolicyCache::default();
+        let a = [figures("a", "10/s")];
+        assert_eq!(cache.field(&a).unwrap(), r#""a";q=10;w=1"#); // test
+        assert_eq!(cache.field(&a).unwrap(), r#""a";q=10;w=1"#); // test
+                                                                 // Another quota under the same name (a reload), another name: rebuilt.
+        assert_eq!(
+            cache.field(&[figures("a", "20/s")]).unwrap(),
+            r#""a";q=20;w=1"#
+        ); // test
+        assert_eq!(
+            cache.field(&[figures("b", "20/s")]).unwrap(),
+            r#""b";q=20;w=1"#
+        ); // test
+        let two = [figures("a", "1/s"), figures("b", "2/s")];
+        assert_eq!(cache.field(&two).unwrap(), r#""a";q=1;w=1, "b";q=2;w=1"#); // test
     }
 
     #[test]

@@ -110,6 +110,7 @@ pub(crate) struct Shared {
     pub(crate) classify: bool,
     /// Whether every limit answers at once (the decision is then made inside `call`).
     pub(crate) answers_now: bool,
+    pub(crate) policy_cache: super::response::PolicyCache,
     pub(crate) counters: Counters,
 }
 
@@ -378,6 +379,7 @@ impl RateLimitLayerBuilder {
             success: self.success,
             classify,
             answers_now,
+            policy_cache: Default::default(),
             counters: Counters::default(),
         };
         Ok(RateLimitLayer {

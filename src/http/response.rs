@@ -131,7 +131,7 @@ impl PassedThrough {
     }
 }
 
-pub(crate) use super::fields::{Fields, Figures};
+pub(crate) use super::fields::{Fields, Figures, PolicyCache};
 
 /// The default response for a rejection: problem+json, or a trailers-only gRPC response.
 pub(crate) fn default_response(r: &Rejection) -> Response<Bytes> {
@@ -221,7 +221,7 @@ pub(crate) fn add_reject_fields(
         HeaderMode::Legacy => HeaderMode::Legacy,
         _ => HeaderMode::Ietf,
     };
-    let fields = Fields::allowed(mode, all, denying);
+    let fields = Fields::allowed(mode, all, denying, None);
     if !fields.any_present(headers) {
         fields.insert_into(headers);
     }

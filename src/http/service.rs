@@ -274,7 +274,9 @@ fn allowed(
     Counters::bump(&shared.counters.allowed);
     let all = figures.as_slice();
     let fields = match all.iter().min_by_key(|f| f.remaining) {
-        Some(tightest) => Fields::allowed(shared.headers, all, tightest),
+        Some(tightest) => {
+            Fields::allowed(shared.headers, all, tightest, Some(&shared.policy_cache))
+        }
         None => {
             if passed.is_none() {
                 Counters::bump(&shared.counters.unmatched);
