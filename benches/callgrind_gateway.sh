@@ -14,7 +14,7 @@ cargo bench --no-run --features tower --bench gateway_server 2>/dev/null
 SERVER=$(ls -t target/release/deps/gateway_server-* | grep -v '\.d$' | head -n1)
 OUT=$(mktemp -d)
 port=18350
-for mode in bare keyed keyed-off limits; do
+for mode in bare noop keyed keyed-off limits; do
   port=$((port + 1))
   valgrind --tool=callgrind --callgrind-out-file="$OUT/cg.$mode.%p" \
     "$SERVER" --listen "127.0.0.1:$port" --mode "$mode" >/dev/null 2>&1 &

@@ -3,6 +3,8 @@
 //! worker thread, in one of three modes:
 //!
 //! * `bare`: no layer;
+//! * `noop`: a tower layer that does nothing (`MapRequestLayer` with the identity): what any
+//!   layer costs in axum (`Router::layer` boxes and clones the layered route per request);
 //! * `keyed`: `RateLimitLayer` keyed by `x-api-key` over a `KeyedRateLimiter<String>`;
 //! * `keyed-off`: the same with `HeaderMode::Off` (no fields on allowed responses), to tell
 //!   the limiting from the fields;
@@ -10,7 +12,7 @@
 //!   request), as `examples/gateway.rs` does.
 //!
 //! The quota (10^8/s) admits every request: this measures the allowed path, headers
-//! included. Run as `gateway_server --listen 127.0.0.1:PORT --mode bare|keyed|keyed-off|limits`;
+//! included. Run as `gateway_server --listen 127.0.0.1:PORT --mode bare|noop|keyed|keyed-off|limits`;
 //! without arguments (as `cargo bench` runs it) it prints this usage and exits.
 
 use std::sync::Arc;
@@ -38,13 +40,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .cloned()
     };
     let (Some(listen), Some(mode)) = (get("--listen"), get("--mode")) else {
-        println!("usage: gateway_server --listen ADDR:PORT --mode bare|keyed|keyed-off|limits (see benches/wrk.sh)");
+        println!("usage: gateway_server --listen ADDR:PORT --mode bare|noop|keyed|keyed-off|limits (see benches/wrk.sh)");
         return Ok(());
     };
     let key = || HeaderKey::new(HeaderName::from_static("x-api-key"));
     let router = axum::Router::new().fallback(|| async { "ok" });
     let router = match mode.as_str() {
         "bare" => router,
+        "noop" => router.layer(tower::util::MapRequestLayer::new(
+            |r: axum::extract::Request| r,
+        )),
         "keyed" => router.layer(
             RateLimitLayer::builder()
                 .key(key())
@@ -58,7 +63,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             RateLimitLayer::builder()
                 .key(key())
                 .headers(HeaderMode::Off)
-                .limit("per-key", KeyedRateLimiter::<String>::new("100000000/s".parse()?))
+                .limit(
+                    "per-key",
+                    KeyedRateLimiter::<String>::new("100000000/s".parse()?),
+                )
                 .build()?,
         ),
         "limits" => router.layer(
