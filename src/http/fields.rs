@@ -93,7 +93,7 @@ pub(crate) struct PolicyCache(RwLock<Option<(Arc<str>, Quota, HeaderValue)>>);
 impl PolicyCache {
     fn field(&self, all: &[Figures]) -> Option<HeaderValue> {
         let [one] = all else { return policy_field(all) };
-        let Some(quota) = one.quota else { return None };
+        let quota = one.quota?;
         if let Some((name, q, value)) = &*self.0.read() {
             if *q == quota && (Arc::ptr_eq(name, &one.policy) || **name == *one.policy) {
                 return Some(value.clone());
