@@ -268,20 +268,15 @@ mod tests {
     #[test]
     fn the_cache_answers_for_the_policy_and_quota_it_holds() {
         let cache = PolicyCache::default();
+        let field = |f: &[Figures]| cache.field(f).unwrap(); // test
         let a = [figures("a", "10/s")];
-        assert_eq!(cache.field(&a).unwrap(), r#""a";q=10;w=1"#); // test
-        assert_eq!(cache.field(&a).unwrap(), r#""a";q=10;w=1"#); // test
-                                                                 // Another quota under the same name (a reload), another name: rebuilt.
-        assert_eq!(
-            cache.field(&[figures("a", "20/s")]).unwrap(),
-            r#""a";q=20;w=1"#
-        ); // test
-        assert_eq!(
-            cache.field(&[figures("b", "20/s")]).unwrap(),
-            r#""b";q=20;w=1"#
-        ); // test
+        assert_eq!(field(&a), r#""a";q=10;w=1"#);
+        assert_eq!(field(&a), r#""a";q=10;w=1"#);
+        // Another quota under the same name (a reload), another name: rebuilt.
+        assert_eq!(field(&[figures("a", "20/s")]), r#""a";q=20;w=1"#);
+        assert_eq!(field(&[figures("b", "20/s")]), r#""b";q=20;w=1"#);
         let two = [figures("a", "1/s"), figures("b", "2/s")];
-        assert_eq!(cache.field(&two).unwrap(), r#""a";q=1;w=1, "b";q=2;w=1"#); // test
+        assert_eq!(field(&two), r#""a";q=1;w=1, "b";q=2;w=1"#);
     }
 
     #[test]

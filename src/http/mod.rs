@@ -45,6 +45,7 @@ mod judge;
 mod key;
 mod layer;
 mod queue;
+mod reject;
 mod request;
 mod response;
 mod service;
