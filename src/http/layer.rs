@@ -51,7 +51,7 @@ pub struct LayerStats {
     /// Denied requests rejected at once because the queue was full.
     pub queue_full: u64,
     /// Requests one limit allowed and a later one denied after the peek said all would
-    /// allow, where the allowing source could not refund (see
+    /// allow, where the allowing source could not refund (the built-in sources refund; see
     /// [`PolicySource::refund`](super::PolicySource::refund)).
     pub races: u64,
     /// Policy source failures (passed through).
@@ -159,9 +159,9 @@ pub(crate) struct Shared {
 /// With several limits, another request can take the last capacity of a later limit
 /// between this request's peek and its check. The earlier limits have then been charged
 /// for a request that is rejected: the layer asks each to
-/// [`refund`](super::PolicySource::refund), and counts [`LayerStats::races`] where it
-/// cannot. This needs two requests racing for the last unit of a limit in the same few
-/// hundred nanoseconds; the loss is at most one request's cost per racing request.
+/// [`refund`](super::PolicySource::refund) (the built-in sources do), and counts
+/// [`LayerStats::races`] where a source cannot. This needs two requests racing for the last
+/// unit of a limit in the same few hundred nanoseconds.
 #[derive(Clone)]
 pub struct RateLimitLayer {
     shared: Arc<Shared>,

@@ -200,7 +200,8 @@ impl Checked<'_> {
 /// * [`peek`](Self::peek) must consume nothing. The default checks a cost of 0, which the
 ///   in-memory limiters answer with the remaining capacity, writing nothing.
 /// * [`refund`](Self::refund) gives back what an allowed check consumed, when a later limit
-///   of the same request denied it in a race after the peek. The default gives back
+///   of the same request denied it in a race after the peek. The built-in sources refund
+///   ([`RateLimiter::refund`], [`KeyedRateLimiter::refund_key`]); the default gives back
 ///   nothing and returns `false` (the layer counts these races).
 /// * An error is a fault, not a denial: see [`SourceError`].
 ///
@@ -274,6 +275,15 @@ impl PolicySource for RateLimiter {
         true
     }
 
+    fn refund<'a>(
+        &'a self,
+        _: &'a Subject,
+        cost: u64,
+    ) -> Pin<Box<dyn Future<Output = bool> + Send + 'a>> {
+        RateLimiter::refund(self, cost);
+        Box::pin(core::future::ready(true))
+    }
+
     fn reads_route(&self) -> bool {
         false
     }
@@ -292,6 +302,15 @@ impl PolicySource for KeyedRateLimiter<String> {
         true
     }
 
+    fn refund<'a>(
+        &'a self,
+        subject: &'a Subject,
+        cost: u64,
+    ) -> Pin<Box<dyn Future<Output = bool> + Send + 'a>> {
+        self.refund_key(subject.key(), cost);
+        Box::pin(core::future::ready(true))
+    }
+
     fn reads_route(&self) -> bool {
         false
     }
@@ -308,6 +327,23 @@ impl PolicySource for KeyedRateLimiter<String> {
 impl PolicySource for LimitsHandle {
     fn answers_now(&self) -> bool {
         true
+    }
+
+    /// Refunds the key in the limiter of the policy the subject resolves to now (a reload
+    /// between the check and the refund refunds under the new document's policy).
+    fn refund<'a>(
+        &'a self,
+        s: &'a Subject,
+        cost: u64,
+    ) -> Pin<Box<dyn Future<Output = bool> + Send + 'a>> {
+        let limits = self.limits();
+        let done = match limits.resolve(s.tier(), s.category(), s.route()) {
+            Some(policy) => self
+                .limiter(policy.name())
+                .map(|l| l.refund_key(s.key(), cost)),
+            None => None,
+        };
+        Box::pin(core::future::ready(done.is_some()))
     }
 
     fn check<'a>(&'a self, s: &'a Subject, check: Check) -> Checked<'a> {
