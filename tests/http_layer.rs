@@ -657,3 +657,46 @@ async fn a_forwarded_chain_far_beyond_normal_is_rejected_without_being_walked() 
         assert_eq!(problem(res).await["reason"], "malformed_key");
     }
 }
+
+#[tokio::test]
+async fn policies_that_apply_in_addition_are_enforced_all_or_nothing() {
+    let doc = r#"
+schema = 1
+revision = 1
+[[policies]]
+name = "route"
+match = { route = "/v1/*" }
+quota = "10/min"
+[[policies]]
+name = "customer"
+match = { route = "/*" }
+quota = "2/min"
+also = true
+"#;
+    let handle = Arc::new(
+        LimitsHandle::builder(Limits::from_toml(doc).unwrap())
+            .clock(ManualClock::new())
+            .build(),
+    );
+    let layer = RateLimitLayer::builder()
+        .key(api_key())
+        .limit("limits", Arc::clone(&handle))
+        .build()
+        .unwrap();
+    let k = || req("/v1/x", &[("x-api-key", "a")]);
+    for _ in 0..2 {
+        assert_eq!(call(&layer, k()).await.status(), 200);
+    }
+    let res = call(&layer, k()).await;
+    assert_eq!(res.status(), 429);
+    assert_eq!(res.headers()["ratelimit"], r#""customer";r=0;t=30"#);
+    // The route policy was not charged for the denied request: 10 - 2 left.
+    let route = handle.limiter("route").unwrap();
+    let left = route
+        .check_key_n("a", 0)
+        .unwrap()
+        .allowed()
+        .unwrap()
+        .remaining();
+    assert_eq!(left, 8);
+}

@@ -329,30 +329,36 @@ impl PolicySource for LimitsHandle {
         true
     }
 
-    /// Refunds the key in the limiter of the policy the subject resolves to now (a reload
-    /// between the check and the refund refunds under the new document's policy).
+    /// Refunds the key in the limiter of every policy the subject resolves to now
+    /// ([`Limits::resolve_all`](crate::Limits::resolve_all); a reload between the check and
+    /// the refund refunds under the new document's policies).
     fn refund<'a>(
         &'a self,
         s: &'a Subject,
         cost: u64,
     ) -> Pin<Box<dyn Future<Output = bool> + Send + 'a>> {
         let limits = self.limits();
-        let done = match limits.resolve(s.tier(), s.category(), s.route()) {
-            Some(policy) => self
-                .limiter(policy.name())
-                .map(|l| l.refund_key(s.key(), cost)),
-            None => None,
-        };
-        Box::pin(core::future::ready(done.is_some()))
+        let mut any = false;
+        for policy in limits.resolve_all(s.tier(), s.category(), s.route()) {
+            if let Some(l) = self.limiter(policy.name()) {
+                l.refund_key(s.key(), cost);
+                any = true;
+            }
+        }
+        Box::pin(core::future::ready(any))
     }
 
+    /// [`LimitsHandle::check_all`]: the most specific policy and every policy that applies
+    /// in addition (`also = true`), all or nothing; the judgement is the deciding policy's.
     fn check<'a>(&'a self, s: &'a Subject, check: Check) -> Checked<'a> {
-        let decided = self.check_quoted(s.tier(), s.category(), s.route(), s.key(), check);
+        let decided = self.check_all(s.tier(), s.category(), s.route(), s.key(), check);
         Checked::Now(match decided {
             Err(e) => Err(e.into()),
-            Ok((d, quota)) => Ok(match d.policy_arc() {
+            Ok(d) => Ok(match d.deciding() {
                 None => Judgement::unmatched(),
-                Some(name) => Judgement::new(d.verdict(), Some(Arc::clone(name)), quota),
+                Some(p) => {
+                    Judgement::new(d.verdict(), Some(Arc::from(p.policy())), Some(p.quota()))
+                }
             }),
         })
     }

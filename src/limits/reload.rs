@@ -25,8 +25,6 @@ use crate::limiter::keyed::KeyedRateLimiter;
 use crate::limits::document::{ConfigErrors, Diff, Limits};
 
 mod builder;
-#[cfg(feature = "tower")]
-mod gateway;
 mod multi;
 mod policies;
 
