@@ -174,8 +174,8 @@
 struct ReadmeDoctests;
 
 // The layers, bottom to top: each uses only the layers declared before it. Still to come,
-// each in a folder of its own: `http` (tower middleware), `redis` (limits shared across
-// instances) and `metrics` (observability); the CLI lives in `bin/`.
+// each in a folder of its own: `redis` (limits shared across instances) and `metrics`
+// (observability); the CLI lives in `bin/`. `http` (gateway middleware) sits on top.
 mod engine;
 mod limiter;
 #[cfg(feature = "config")]
@@ -183,6 +183,10 @@ mod limiter;
 mod limits;
 mod safety;
 mod shaping;
+
+#[cfg(feature = "tower")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
+pub mod http;
 
 pub use engine::check::Check;
 pub use engine::clock::{Clock, ManualClock};

@@ -1,0 +1,290 @@
+//! The rate-limit header fields: IETF `RateLimit-Policy` and `RateLimit`
+//! (draft-ietf-httpapi-ratelimit-headers), or the legacy `X-RateLimit-*`.
+//!
+//! Built on every allowed response, so they are written with a per-thread scratch buffer
+//! and hand-rolled integer formatting: one allocation per field value (its `Bytes`).
+
+use core::cell::RefCell;
+use core::time::Duration;
+use std::sync::Arc;
+
+use http::header::{HeaderName, HeaderValue};
+use http::HeaderMap;
+use parking_lot::RwLock;
+
+use super::response::HeaderMode;
+use crate::engine::gcra::Per;
+use crate::engine::quota::Quota;
+
+/// One matched limit's figures for the headers.
+#[derive(Clone, Debug)]
+pub(crate) struct Figures {
+    pub(crate) policy: Arc<str>,
+    pub(crate) quota: Option<Quota>,
+    /// Remaining units; 0 on a denial.
+    pub(crate) remaining: u64,
+    /// Seconds until full (allow) or until the retry (deny), rounded up.
+    pub(crate) reset_secs: u64,
+}
+
+static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+static X_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
+static X_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
+static X_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+
+/// Up to three fields to add to a response.
+#[derive(Debug, Default)]
+pub(crate) struct Fields {
+    slots: [Option<(&'static HeaderName, HeaderValue)>; 3],
+}
+
+impl Fields {
+    /// The fields for `all` matched limits in `mode`, reporting `tightest` in `RateLimit`;
+    /// `RateLimit-Policy` from `cache` when it holds it.
+    pub(crate) fn allowed(
+        mode: HeaderMode,
+        all: &[Figures],
+        tightest: &Figures,
+        cache: Option<&PolicyCache>,
+    ) -> Self {
+        let slots = match mode {
+            HeaderMode::Off => [None, None, None],
+            HeaderMode::Ietf => [
+                cache
+                    .map_or_else(|| policy_field(all), |c| c.field(all))
+                    .map(|v| (&RATELIMIT_POLICY, v)),
+                limit_field(tightest).map(|v| (&RATELIMIT, v)),
+                None,
+            ],
+            HeaderMode::Legacy => [
+                tightest
+                    .quota
+                    .map(|q| (&X_LIMIT, HeaderValue::from(quota_window(&q).0))),
+                Some((&X_REMAINING, HeaderValue::from(tightest.remaining))),
+                Some((&X_RESET, HeaderValue::from(tightest.reset_secs))),
+            ],
+        };
+        Self { slots }
+    }
+
+    /// `true` if `headers` already has one of these fields (a hook set its own).
+    pub(crate) fn any_present(&self, headers: &HeaderMap) -> bool {
+        self.slots
+            .iter()
+            .flatten()
+            .any(|(name, _)| headers.contains_key(*name))
+    }
+
+    /// Sets the fields, replacing values of the same names.
+    pub(crate) fn insert_into(self, headers: &mut HeaderMap) {
+        for (name, value) in self.slots.into_iter().flatten() {
+            headers.insert(name.clone(), value);
+        }
+    }
+}
+
+/// The last one-policy `RateLimit-Policy` value built, with the policy and quota it names:
+/// the field is the same for every request of a policy, so most requests clone it (a
+/// reference count) instead of writing it.
+#[derive(Debug, Default)]
+pub(crate) struct PolicyCache(RwLock<Option<(Arc<str>, Quota, HeaderValue)>>);
+
+impl PolicyCache {
+    fn field(&self, all: &[Figures]) -> Option<HeaderValue> {
+        let [one] = all else { return policy_field(all) };
+        let quota = one.quota?;
+        if let Some((name, q, value)) = &*self.0.read() {
+            if *q == quota && (Arc::ptr_eq(name, &one.policy) || **name == *one.policy) {
+                return Some(value.clone());
+            }
+        }
+        let value = policy_field(all)?;
+        *self.0.write() = Some((Arc::clone(&one.policy), quota, value.clone()));
+        Some(value)
+    }
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Vec<u8>> = RefCell::new(Vec::with_capacity(128));
+}
+
+/// A header value written by `write` into the thread's scratch buffer.
+fn with_scratch(write: impl FnOnce(&mut Vec<u8>)) -> Option<HeaderValue> {
+    SCRATCH.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut buf) => {
+            buf.clear();
+            write(&mut buf);
+            HeaderValue::from_bytes(&buf).ok()
+        }
+        Err(_) => {
+            let mut buf = Vec::new();
+            write(&mut buf);
+            HeaderValue::from_bytes(&buf).ok()
+        }
+    })
+}
+
+fn push_u64(out: &mut Vec<u8>, mut v: u64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        // v % 10 < 10: the cast keeps it.
+        digits[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[i..]);
+}
+
+/// A structured-field string: `"name"`, with `"` and `\` escaped and anything outside
+/// visible ASCII and space replaced by `?`.
+fn sf_string(s: &str, out: &mut Vec<u8>) {
+    out.push(b'"');
+    for c in s.chars() {
+        match c {
+            '"' | '\\' => {
+                out.push(b'\\');
+                out.push(c as u8);
+            }
+            // ASCII: the cast keeps it.
+            ' '..='~' => out.push(c as u8),
+            _ => out.push(b'?'),
+        }
+    }
+    out.push(b'"');
+}
+
+/// `q` and `w` for a quota: the count (in bytes for a byte budget) over the period in whole
+/// seconds when the period is at least a second, else scaled to one second.
+fn quota_window(q: &Quota) -> (u64, u64) {
+    let period = q.period();
+    let period_ns = period.as_nanos().max(1);
+    let per_period = match q.params().per {
+        Per::Request { .. } => u128::from(q.count()),
+        // num/den is the exact number of ns per byte.
+        Per::Byte { num, den } => period_ns.saturating_mul(den) / u128::from(num.max(1)),
+    };
+    let (quota, window) = if period >= Duration::from_secs(1) {
+        (per_period, u128::from(period.as_secs()))
+    } else {
+        (per_period.saturating_mul(1_000_000_000) / period_ns, 1)
+    };
+    let fit = |v: u128| u64::try_from(v).unwrap_or(u64::MAX);
+    (fit(quota), fit(window))
+}
+
+/// The quota over its own period, to compare with the burst.
+fn per_period(q: &Quota) -> u64 {
+    match q.params().per {
+        Per::Request { .. } => q.count(),
+        Per::Byte { num, den } => {
+            let v = q.period().as_nanos().max(1).saturating_mul(den) / u128::from(num.max(1));
+            u64::try_from(v).unwrap_or(u64::MAX)
+        }
+    }
+}
+
+/// `RateLimit-Policy` for all matched limits that tell their quota.
+pub(crate) fn policy_field(all: &[Figures]) -> Option<HeaderValue> {
+    if all.iter().all(|f| f.quota.is_none()) {
+        return None;
+    }
+    with_scratch(|out| {
+        for f in all {
+            let Some(q) = &f.quota else { continue };
+            if !out.is_empty() {
+                out.extend_from_slice(b", ");
+            }
+            sf_string(&f.policy, out);
+            let (quota, window) = quota_window(q);
+            out.extend_from_slice(b";q=");
+            push_u64(out, quota);
+            out.extend_from_slice(b";w=");
+            push_u64(out, window);
+            if q.is_bytes() {
+                out.extend_from_slice(b";qu=\"content-bytes\"");
+            }
+            if q.burst() != per_period(q) {
+                out.extend_from_slice(b";tollgate-burst=");
+                push_u64(out, q.burst());
+            }
+        }
+    })
+}
+
+/// `RateLimit` for one limit.
+pub(crate) fn limit_field(f: &Figures) -> Option<HeaderValue> {
+    with_scratch(|out| {
+        sf_string(&f.policy, out);
+        out.extend_from_slice(b";r=");
+        push_u64(out, f.remaining);
+        out.extend_from_slice(b";t=");
+        push_u64(out, f.reset_secs);
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn figures(policy: &str, quota: &str) -> Figures {
+        Figures {
+            policy: Arc::from(policy),
+            quota: Some(quota.parse().unwrap()), // test
+            remaining: 3,
+            reset_secs: 2,
+        }
+    }
+
+    #[test]
+    fn policy_names_are_escaped_structured_strings() {
+        let f = figures("a \"b\" \\ é", "10/s");
+        let v = limit_field(&f).unwrap(); // test
+        assert_eq!(v, r#""a \"b\" \\ ?";r=3;t=2"#);
+    }
+
+    #[test]
+    fn windows_are_whole_seconds() {
+        let v = |q: &str| policy_field(&[figures("p", q)]).unwrap(); // test
+        assert_eq!(v("100/s"), r#""p";q=100;w=1"#);
+        assert_eq!(v("600/min;burst=50"), r#""p";q=600;w=60;tollgate-burst=50"#);
+        assert_eq!(v("5/ms"), r#""p";q=5000;w=1"#);
+        assert_eq!(v("1/d"), r#""p";q=1;w=86400"#);
+        assert_eq!(v("1MB/s"), r#""p";q=1000000;w=1;qu="content-bytes""#);
+        assert_eq!(v("2Gbit/s"), r#""p";q=250000000;w=1;qu="content-bytes""#);
+        assert_eq!(
+            v("100Mbit/s;burst=16MiB"),
+            r#""p";q=12500000;w=1;qu="content-bytes";tollgate-burst=16777216"#
+        );
+        assert_eq!(v("3MB/min"), r#""p";q=3000000;w=60;qu="content-bytes""#);
+        let two = policy_field(&[figures("a", "1/s"), figures("b", "2/s")]).unwrap(); // test
+        assert_eq!(two, r#""a";q=1;w=1, "b";q=2;w=1"#);
+    }
+
+    #[test]
+    fn the_cache_answers_for_the_policy_and_quota_it_holds() {
+        let cache = PolicyCache::default();
+        let field = |f: &[Figures]| cache.field(f).unwrap(); // test
+        let a = [figures("a", "10/s")];
+        assert_eq!(field(&a), r#""a";q=10;w=1"#);
+        assert_eq!(field(&a), r#""a";q=10;w=1"#);
+        // Another quota under the same name (a reload), another name: rebuilt.
+        assert_eq!(field(&[figures("a", "20/s")]), r#""a";q=20;w=1"#);
+        assert_eq!(field(&[figures("b", "20/s")]), r#""b";q=20;w=1"#);
+        let two = [figures("a", "1/s"), figures("b", "2/s")];
+        assert_eq!(field(&two), r#""a";q=1;w=1, "b";q=2;w=1"#);
+    }
+
+    #[test]
+    fn integers_are_written_exactly() {
+        for v in [0, 7, 10, 99, 1_000_000, u64::MAX] {
+            let mut out = Vec::new();
+            push_u64(&mut out, v);
+            assert_eq!(out, v.to_string().into_bytes());
+        }
+    }
+}

@@ -1,0 +1,311 @@
+//! Asking every limit about one request, all or nothing, and queue mode's waiting.
+
+use core::time::Duration;
+use std::sync::Arc;
+
+use super::layer::{Counters, Entry, Shared};
+use super::response::{Figures, PassedThrough};
+use super::source::{Judgement, PolicySource, SourceError, Subject};
+use crate::engine::check::Check;
+use crate::engine::verdict::{Denied, Verdict};
+
+/// The figures of the matched limits: most requests have one, which needs no vector.
+#[derive(Debug, Default)]
+pub(crate) enum Figs {
+    #[default]
+    None,
+    One(Figures),
+    Many(Vec<Figures>),
+}
+
+impl Figs {
+    pub(crate) fn as_slice(&self) -> &[Figures] {
+        match self {
+            Figs::None => &[],
+            Figs::One(f) => core::slice::from_ref(f),
+            Figs::Many(v) => v,
+        }
+    }
+
+    fn push(&mut self, f: Figures) {
+        *self = match core::mem::take(self) {
+            Figs::None => Figs::One(f),
+            Figs::One(a) => Figs::Many(vec![a, f]),
+            Figs::Many(mut v) => {
+                v.push(f);
+                Figs::Many(v)
+            }
+        };
+    }
+
+    fn len(&self) -> usize {
+        self.as_slice().len()
+    }
+}
+
+/// What all limits together decided.
+pub(crate) enum Outcome {
+    Allowed {
+        figures: Figs,
+        passed: Option<PassedThrough>,
+    },
+    Denied {
+        figures: Figs,
+        /// The index in `figures` of the limit that denied.
+        denying: usize,
+        denied: Denied,
+        /// Queue mode was on but its caps were reached.
+        queue_full: bool,
+    },
+    TooBig {
+        policy: Arc<str>,
+        cost: u64,
+        capacity: u64,
+    },
+}
+
+impl Outcome {
+    pub(crate) fn is_denied(&self) -> bool {
+        matches!(self, Outcome::Denied { .. })
+    }
+}
+
+type Judged = Result<Judgement, SourceError>;
+
+/// All limits, all or nothing: with several, peek every one; if one would deny, check only
+/// that one (a denial consumes nothing) and report it; else check them all, refunding the
+/// earlier ones if a later one denies in a race.
+pub(crate) async fn judge(shared: &Shared, subject: &Subject, check: Check) -> Outcome {
+    let limits = &shared.limits;
+    if let [only] = &limits[..] {
+        let j = only.source.check(subject, check).resolve().await;
+        let mut acc = Acc::default();
+        acc.add(shared, only, j, false);
+        return acc.finish(shared, subject, check).await;
+    }
+    let none = || {
+        (0..limits.len())
+            .map(|_| None)
+            .collect::<Vec<Option<Judged>>>()
+    };
+    let (mut judged, mut peeked) = (none(), none());
+    let mut short_circuit = false;
+    for (i, e) in limits.iter().enumerate() {
+        let p = e.source.peek(subject, check).resolve().await;
+        let short = match &p {
+            Err(SourceError::InsufficientCapacity(_)) => true,
+            Ok(j) => match j.verdict() {
+                Verdict::Deny(_) => true,
+                Verdict::Allow(a) => j.is_matched() && a.remaining() < check.units(),
+                _ => false,
+            },
+            Err(_) => false,
+        };
+        peeked[i] = Some(p);
+        if short {
+            let j = e.source.check(subject, check).resolve().await;
+            short_circuit = !is_permitted(&j);
+            judged[i] = Some(j);
+            if short_circuit {
+                break;
+            }
+        }
+    }
+    if !short_circuit {
+        for (i, e) in limits.iter().enumerate() {
+            if judged[i].is_none() {
+                let j = e.source.check(subject, check).resolve().await;
+                let stop = !is_permitted(&j);
+                judged[i] = Some(j);
+                if stop {
+                    break;
+                }
+            }
+        }
+    }
+    let mut acc = Acc::default();
+    for ((e, j), p) in limits.iter().zip(judged).zip(peeked) {
+        match (j, p) {
+            (Some(j), _) => acc.add(shared, e, j, true),
+            // Peeked but not checked: shown, not charged.
+            (None, Some(Ok(p))) => acc.shown(e, &p),
+            (None, _) => {}
+        }
+    }
+    acc.finish(shared, subject, check).await
+}
+
+fn is_permitted(j: &Judged) -> bool {
+    match j {
+        Ok(j) => j.verdict().is_permitted(),
+        Err(SourceError::InsufficientCapacity(_)) => false,
+        Err(_) => true,
+    }
+}
+
+/// What the limits said so far.
+#[derive(Default)]
+struct Acc {
+    figures: Figs,
+    passed: Option<PassedThrough>,
+    denial: Option<(usize, Denied)>,
+    too_big: Option<(Arc<str>, u64, u64)>,
+    /// Sources that allowed (and consumed), when there are several limits.
+    charged: Vec<Arc<dyn PolicySource>>,
+}
+
+impl Acc {
+    fn add(&mut self, shared: &Shared, e: &Entry, j: Judged, several: bool) {
+        let j = match j {
+            Err(SourceError::InsufficientCapacity(ic)) => {
+                self.too_big = Some((Arc::clone(&e.name), ic.cost(), ic.capacity()));
+                return;
+            }
+            Err(_) => {
+                Counters::bump(&shared.counters.source_errors);
+                let policy = Arc::clone(&e.name);
+                self.passed = Some(PassedThrough {
+                    policy,
+                    reason: None,
+                });
+                return;
+            }
+            Ok(j) if !j.is_matched() => return,
+            Ok(j) => j,
+        };
+        let policy = Arc::clone(j.policy_arc().unwrap_or(&e.name));
+        let (remaining, reset_secs) = match j.verdict() {
+            Verdict::Allow(a) => {
+                if several {
+                    self.charged.push(Arc::clone(&e.source));
+                }
+                (a.remaining(), secs_up(a.reset_after()))
+            }
+            Verdict::Deny(d) => {
+                self.denial = Some((self.figures.len(), d));
+                (0, d.retry_after_secs())
+            }
+            Verdict::PassThrough(p) => {
+                self.passed = Some(PassedThrough {
+                    policy,
+                    reason: Some(p.reason()),
+                });
+                return;
+            }
+        };
+        let quota = j.quota();
+        self.figures.push(Figures {
+            policy,
+            quota,
+            remaining,
+            reset_secs,
+        });
+    }
+
+    fn shown(&mut self, e: &Entry, p: &Judgement) {
+        if let (true, Verdict::Allow(a)) = (p.is_matched(), p.verdict()) {
+            self.figures.push(Figures {
+                policy: Arc::clone(p.policy_arc().unwrap_or(&e.name)),
+                quota: p.quota(),
+                remaining: a.remaining(),
+                reset_secs: secs_up(a.reset_after()),
+            });
+        }
+    }
+
+    async fn finish(self, shared: &Shared, subject: &Subject, check: Check) -> Outcome {
+        if let Some((policy, cost, capacity)) = self.too_big {
+            refund_all(shared, subject, check, &self.charged).await;
+            return Outcome::TooBig {
+                policy,
+                cost,
+                capacity,
+            };
+        }
+        match self.denial {
+            Some((denying, denied)) => {
+                refund_all(shared, subject, check, &self.charged).await;
+                Outcome::Denied {
+                    figures: self.figures,
+                    denying,
+                    denied,
+                    queue_full: false,
+                }
+            }
+            None => Outcome::Allowed {
+                figures: self.figures,
+                passed: self.passed,
+            },
+        }
+    }
+}
+
+/// Gives back what the allowing limits of a rejected request consumed.
+async fn refund_all(
+    shared: &Shared,
+    subject: &Subject,
+    check: Check,
+    charged: &[Arc<dyn PolicySource>],
+) {
+    for source in charged {
+        if !source.refund(subject, check.units()).await {
+            Counters::bump(&shared.counters.races);
+        }
+    }
+}
+
+pub(crate) fn secs_up(d: Duration) -> u64 {
+    d.as_nanos()
+        .div_ceil(1_000_000_000)
+        .try_into()
+        .unwrap_or(u64::MAX)
+}
+
+/// Queue mode: wait for capacity up to `max_wait`, holding a waiter slot.
+pub(crate) async fn wait(
+    shared: &Shared,
+    subject: &Subject,
+    check: Check,
+    mut outcome: Outcome,
+) -> Outcome {
+    let Some(waiters) = shared.queue.as_ref() else {
+        return outcome;
+    };
+    let max_wait = waiters.config.max_wait();
+    let Outcome::Denied { denied, .. } = &outcome else {
+        return outcome;
+    };
+    if denied.retry_after() > max_wait {
+        return outcome;
+    }
+    let Some(_slot) = waiters.enter(subject.key()) else {
+        Counters::bump(&shared.counters.queue_full);
+        return match outcome {
+            Outcome::Denied {
+                figures,
+                denying,
+                denied,
+                ..
+            } => Outcome::Denied {
+                figures,
+                denying,
+                denied,
+                queue_full: true,
+            },
+            other => other,
+        };
+    };
+    Counters::bump(&shared.counters.queued);
+    let mut waited = Duration::ZERO;
+    while let Outcome::Denied { denied, .. } = &outcome {
+        let left = max_wait.saturating_sub(waited);
+        if denied.retry_after() > left || left.is_zero() {
+            break;
+        }
+        let nap = waiters.jittered(denied.retry_after()).min(left);
+        waiters.sleep(nap).await;
+        waited = waited.saturating_add(nap);
+        outcome = judge(shared, subject, check).await;
+    }
+    outcome
+}

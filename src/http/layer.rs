@@ -1,0 +1,397 @@
+//! The layer (a factory), its builder, and the shared state every clone of the service
+//! uses. The behaviour lives in `service.rs`.
+
+use core::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::header::HeaderName;
+use http::request::Parts;
+use http::Response;
+use tower_layer::Layer;
+
+use super::key::{GlobalKey, KeyExtractor, OnMissingKey};
+use super::queue::{Queue, Waiters};
+use super::request::{AttemptHeader, Classifier, Cost, TierFrom};
+use super::response::{HeaderMode, Rejection};
+use super::service::RateLimit;
+use super::source::PolicySource;
+use crate::safety::slo::SuccessRate;
+
+/// Which requests may wait in queue mode.
+pub(crate) type Predicate = Arc<dyn Fn(&Parts) -> bool + Send + Sync>;
+
+pub(crate) type Hook = Arc<dyn Fn(&Rejection) -> Response<Bytes> + Send + Sync>;
+
+/// One limit of the layer: a name (used when the source names no policy) and its source.
+#[derive(Clone)]
+pub(crate) struct Entry {
+    pub(crate) name: Arc<str>,
+    pub(crate) source: Arc<dyn PolicySource>,
+}
+
+/// The counters of a layer (shared by all its clones), read with [`RateLimitLayer::stats`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LayerStats {
+    /// Requests passed on to the inner service (including passed-through ones).
+    pub allowed: u64,
+    /// Requests rejected because a limit denied them (including after a wait).
+    pub denied: u64,
+    /// Requests passed through (shadow policy, tripped detector, failed source): marked with
+    /// [`PassedThrough`](super::PassedThrough) in the response extensions.
+    pub passed_through: u64,
+    /// Requests no policy matched: passed on with no `RateLimit` field.
+    pub unmatched: u64,
+    /// Requests rejected for a missing or malformed key or header.
+    pub bad_requests: u64,
+    /// Requests that waited in queue mode (whatever the end).
+    pub queued: u64,
+    /// Denied requests rejected at once because the queue was full.
+    pub queue_full: u64,
+    /// Requests one limit allowed and a later one denied after the peek said all would
+    /// allow, where the allowing source could not refund (the built-in sources refund; see
+    /// [`PolicySource::refund`](super::PolicySource::refund)).
+    pub races: u64,
+    /// Policy source failures (passed through).
+    pub source_errors: u64,
+}
+
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub(crate) allowed: AtomicU64,
+    pub(crate) denied: AtomicU64,
+    pub(crate) passed_through: AtomicU64,
+    pub(crate) unmatched: AtomicU64,
+    pub(crate) bad_requests: AtomicU64,
+    pub(crate) queued: AtomicU64,
+    pub(crate) queue_full: AtomicU64,
+    pub(crate) races: AtomicU64,
+    pub(crate) source_errors: AtomicU64,
+}
+
+impl Counters {
+    // Relaxed: independent monotonic counters, read for reporting only.
+    pub(crate) fn bump(c: &AtomicU64) {
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn snapshot(&self) -> LayerStats {
+        let r = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        LayerStats {
+            allowed: r(&self.allowed),
+            denied: r(&self.denied),
+            passed_through: r(&self.passed_through),
+            unmatched: r(&self.unmatched),
+            bad_requests: r(&self.bad_requests),
+            queued: r(&self.queued),
+            queue_full: r(&self.queue_full),
+            races: r(&self.races),
+            source_errors: r(&self.source_errors),
+        }
+    }
+}
+
+/// Everything a request needs, shared by the layer and every service it made.
+pub(crate) struct Shared {
+    pub(crate) key: Arc<dyn KeyExtractor>,
+    pub(crate) on_missing: OnMissingKey,
+    pub(crate) limits: Vec<Entry>,
+    pub(crate) classifier: Classifier,
+    pub(crate) headers: HeaderMode,
+    pub(crate) attempts: Vec<AttemptHeader>,
+    pub(crate) cost: Cost,
+    pub(crate) queue: Option<Arc<Waiters>>,
+    pub(crate) queue_if: Option<Predicate>,
+    pub(crate) hook: Option<Hook>,
+    pub(crate) success: Option<Arc<SuccessRate>>,
+    /// Whether any limit reads the category and route (else they are left empty).
+    pub(crate) classify: bool,
+    /// Whether every limit answers at once (the decision is then made inside `call`).
+    pub(crate) answers_now: bool,
+    pub(crate) policy_cache: super::response::PolicyCache,
+    pub(crate) counters: Counters,
+}
+
+/// A tower [`Layer`] that rate-limits `http` services: it reads a key from each request,
+/// asks its limits, and answers denials itself — `429` with `Retry-After`, the IETF
+/// `RateLimit-Policy` and `RateLimit` fields and an `application/problem+json` body, or for
+/// gRPC a `grpc-status: 8` with `grpc-retry-pushback-ms`.
+///
+/// All clones of the layer, and every [`RateLimit`] service it makes, share one state: the
+/// same limiters, queue and counters (tower's own `RateLimit` gives each clone its own).
+///
+/// ```
+/// use std::sync::Arc;
+/// use http::HeaderName;
+/// use tollgate::http::{HeaderKey, RateLimitLayer};
+/// use tollgate::{KeyedRateLimiter, RateLimiter};
+///
+/// let layer = RateLimitLayer::builder()
+///     .key(HeaderKey::new(HeaderName::from_static("x-api-key")))
+///     .limit("per-key", KeyedRateLimiter::<String>::new("10/s".parse()?))
+///     .limit("global", RateLimiter::new("1000/s".parse()?))
+///     .build()?;
+/// assert_eq!(layer.stats().allowed, 0);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// # What a request goes through
+///
+/// 1. The key ([`key`](RateLimitLayerBuilder::key); by default [`GlobalKey`]): missing or
+///    malformed → the [`OnMissingKey`] choice.
+/// 2. The tier, category and route, the attempt number and the cost: a malformed header
+///    the layer reads → `400`.
+/// 3. Every limit, **all or nothing**: if any denies, none is charged (they are peeked
+///    first, then checked; a denial never consumes). A limit with no matching policy does
+///    not limit the request, and a request no limit matches passes with no `RateLimit`
+///    field at all.
+/// 4. Allowed → the inner service, with `RateLimit` added for the tightest limit (fewest
+///    remaining) and `RateLimit-Policy` listing all matched ones ([`HeaderMode`]).
+///    Passed through → the same, marked with [`PassedThrough`](super::PassedThrough).
+///    Denied → the rejection, or in [queue mode](Queue) a bounded wait first.
+/// 5. The response status (the inner service's or the layer's) goes to the
+///    [`SuccessRate`], by tier, if one is attached.
+///
+/// # Races
+///
+/// With several limits, another request can take the last capacity of a later limit
+/// between this request's peek and its check. The earlier limits have then been charged
+/// for a request that is rejected: the layer asks each to
+/// [`refund`](super::PolicySource::refund) (the built-in sources do), and counts
+/// [`LayerStats::races`] where a source cannot. This needs two requests racing for the last
+/// unit of a limit in the same few hundred nanoseconds.
+#[derive(Clone)]
+pub struct RateLimitLayer {
+    shared: Arc<Shared>,
+}
+
+impl RateLimitLayer {
+    /// A builder.
+    pub fn builder() -> RateLimitLayerBuilder {
+        RateLimitLayerBuilder::default()
+    }
+
+    /// The counters, shared by every clone and service of this layer.
+    pub fn stats(&self) -> LayerStats {
+        self.shared.counters.snapshot()
+    }
+
+    /// How many requests wait in queue mode now, and for how many keys.
+    pub fn waiting(&self) -> (usize, usize) {
+        self.shared
+            .queue
+            .as_ref()
+            .map_or((0, 0), |w| (w.len(), w.keys()))
+    }
+}
+
+impl<S> Layer<S> for RateLimitLayer {
+    type Service = RateLimit<S>;
+
+    fn layer(&self, inner: S) -> RateLimit<S> {
+        RateLimit::new(inner, Arc::clone(&self.shared))
+    }
+}
+
+impl fmt::Debug for RateLimitLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = &self.shared;
+        let names: Vec<&str> = s.limits.iter().map(|e| &*e.name).collect();
+        f.debug_struct("RateLimitLayer")
+            .field("limits", &names)
+            .field("on_missing_key", &s.on_missing)
+            .field("classifier", &s.classifier)
+            .field("headers", &s.headers)
+            .field("cost", &s.cost)
+            .field("queue", &s.queue.as_ref().map(|w| &w.config))
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A layer that cannot be built.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LayerError {
+    /// No [`limit`](RateLimitLayerBuilder::limit) was given: the layer would limit nothing.
+    #[error("a rate-limit layer needs at least one limit")]
+    NoLimit,
+    /// Two limits have the same name.
+    #[error("two limits are named {0:?}")]
+    DuplicateName(String),
+}
+
+/// Builds a [`RateLimitLayer`].
+#[derive(Default)]
+pub struct RateLimitLayerBuilder {
+    key: Option<Arc<dyn KeyExtractor>>,
+    on_missing: OnMissingKey,
+    limits: Vec<Entry>,
+    classifier: Classifier,
+    headers: HeaderMode,
+    attempts: Option<Vec<AttemptHeader>>,
+    cost: Cost,
+    queue: Option<Queue>,
+    queue_if: Option<Predicate>,
+    hook: Option<Hook>,
+    success: Option<Arc<SuccessRate>>,
+}
+
+impl RateLimitLayerBuilder {
+    /// How the key is read (default [`GlobalKey`]: one key for every request).
+    pub fn key(mut self, key: impl KeyExtractor) -> Self {
+        self.key = Some(Arc::new(key));
+        self
+    }
+
+    /// What to do when the key is missing or malformed (default: `401` for missing, `400`
+    /// for malformed).
+    pub fn on_missing_key(mut self, choice: OnMissingKey) -> Self {
+        self.on_missing = choice;
+        self
+    }
+
+    /// Adds a limit: a [`RateLimiter`](crate::RateLimiter), a
+    /// [`KeyedRateLimiter<String>`](crate::KeyedRateLimiter), a
+    /// [`LimitsHandle`](crate::LimitsHandle) (each also in an `Arc`, to keep a handle for
+    /// reloads or stats), or any [`PolicySource`]. `name` is the policy name in the headers
+    /// when the source names none (a `LimitsHandle` names the document's policy).
+    pub fn limit(mut self, name: &str, source: impl PolicySource) -> Self {
+        self.limits.push(Entry {
+            name: Arc::from(name),
+            source: Arc::new(source),
+        });
+        self
+    }
+
+    /// The tier is this header's value (missing: the empty tier). Set it only from a
+    /// component you trust (your auth proxy), never from clients: a client choosing its own
+    /// tier chooses its own limits. A repeated or malformed tier header is answered `400`.
+    pub fn tier_header(mut self, name: HeaderName) -> Self {
+        self.classifier.tier = TierFrom::Header(name);
+        self
+    }
+
+    /// The tier is computed from the request head.
+    pub fn tier_fn(mut self, f: impl Fn(&Parts) -> String + Send + Sync + 'static) -> Self {
+        self.classifier.tier = TierFrom::Fn(Arc::new(f));
+        self
+    }
+
+    /// The category is computed from the request head (default: the first path segment).
+    pub fn category_fn(mut self, f: impl Fn(&Parts) -> String + Send + Sync + 'static) -> Self {
+        self.classifier.category = Some(Arc::new(f));
+        self
+    }
+
+    /// The route is computed from the request head (default: the path as received, not
+    /// percent-decoded — give limits keyed on routes a catch-all policy too).
+    pub fn route_fn(mut self, f: impl Fn(&Parts) -> String + Send + Sync + 'static) -> Self {
+        self.classifier.route = Some(Arc::new(f));
+        self
+    }
+
+    /// Which rate-limit fields allowed responses carry (default [`HeaderMode::Ietf`]).
+    pub fn headers(mut self, mode: HeaderMode) -> Self {
+        self.headers = mode;
+        self
+    }
+
+    /// The headers read for the attempt number, fed to the limits' retry budgets (default
+    /// [`AttemptHeader::defaults`]). An empty list reads none: every request is an
+    /// original.
+    pub fn attempt_headers(mut self, headers: impl IntoIterator<Item = AttemptHeader>) -> Self {
+        self.attempts = Some(headers.into_iter().collect());
+        self
+    }
+
+    /// What a request costs (default [`Cost::One`]); the same cost is charged to every
+    /// limit of the layer.
+    pub fn cost(mut self, cost: Cost) -> Self {
+        self.cost = cost;
+        self
+    }
+
+    /// Queue mode for every request (see [`Queue`]).
+    pub fn queue(mut self, queue: Queue) -> Self {
+        self.queue = Some(queue);
+        self
+    }
+
+    /// Queue mode only for requests `when` accepts (per route: `|p| p.uri.path() ==
+    /// "/upload"`); the others are rejected at once.
+    pub fn queue_when(
+        mut self,
+        queue: Queue,
+        when: impl Fn(&Parts) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.queue = Some(queue);
+        self.queue_if = Some(Arc::new(when));
+        self
+    }
+
+    /// A custom rejection response. The layer still adds `Retry-After` and the rate-limit
+    /// fields unless the hook set them.
+    pub fn on_reject(
+        mut self,
+        hook: impl Fn(&Rejection) -> Response<Bytes> + Send + Sync + 'static,
+    ) -> Self {
+        self.hook = Some(Arc::new(hook));
+        self
+    }
+
+    /// Feeds every response status (the inner service's and the layer's own) to `slo`,
+    /// under the request's tier.
+    pub fn success_rate(mut self, slo: Arc<SuccessRate>) -> Self {
+        self.success = Some(slo);
+        self
+    }
+
+    /// The layer.
+    ///
+    /// # Errors
+    ///
+    /// [`LayerError`] if no limit was given or two share a name.
+    pub fn build(self) -> Result<RateLimitLayer, LayerError> {
+        if self.limits.is_empty() {
+            return Err(LayerError::NoLimit);
+        }
+        for (i, e) in self.limits.iter().enumerate() {
+            if self.limits[..i].iter().any(|o| o.name == e.name) {
+                return Err(LayerError::DuplicateName(e.name.to_string()));
+            }
+        }
+        let classify = self.limits.iter().any(|e| e.source.reads_route());
+        let answers_now = self.limits.iter().all(|e| e.source.answers_now());
+        let shared = Shared {
+            key: self.key.unwrap_or_else(|| Arc::new(GlobalKey)),
+            on_missing: self.on_missing,
+            limits: self.limits,
+            classifier: self.classifier,
+            headers: self.headers,
+            attempts: self.attempts.unwrap_or_else(AttemptHeader::defaults),
+            cost: self.cost,
+            queue: self.queue.map(|q| Arc::new(Waiters::new(q))),
+            queue_if: self.queue_if,
+            hook: self.hook,
+            success: self.success,
+            classify,
+            answers_now,
+            policy_cache: Default::default(),
+            counters: Counters::default(),
+        };
+        Ok(RateLimitLayer {
+            shared: Arc::new(shared),
+        })
+    }
+}
+
+impl fmt::Debug for RateLimitLayerBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimitLayerBuilder")
+            .field("limits", &self.limits.len())
+            .finish_non_exhaustive()
+    }
+}

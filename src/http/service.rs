@@ -1,0 +1,308 @@
+//! The service: one request from its head to its response.
+//!
+//! When every limit answers at once (the in-memory limiters), the decision is made inside
+//! `call` and an allowed request goes straight to the inner service: the response future
+//! only adds the fields, nothing is boxed and the inner service is not cloned. An async
+//! limit or a wait in queue mode takes the boxed path.
+
+use core::fmt;
+use core::future::Future;
+use core::pin::{pin, Pin};
+use core::task::{ready, Context, Poll, Waker};
+use std::sync::Arc;
+
+use http::header::CONTENT_TYPE;
+use http::request::Parts;
+use http::{Request, Response};
+use tower_service::Service;
+
+use super::judge::{judge, wait, Figs, Outcome};
+use super::layer::{Counters, LayerStats, Shared};
+use super::reject::{prepare, reject, rejected};
+use super::response::{Fields, PassedThrough, RateLimitBody};
+use super::source::Subject;
+use crate::safety::slo::SuccessRate;
+
+/// The service made by [`RateLimitLayer`](super::RateLimitLayer): see there for what it
+/// does. Clones share the layer's state.
+pub struct RateLimit<S> {
+    inner: S,
+    shared: Arc<Shared>,
+}
+
+impl<S> RateLimit<S> {
+    pub(crate) fn new(inner: S, shared: Arc<Shared>) -> Self {
+        Self { inner, shared }
+    }
+
+    /// The layer's counters (shared with every clone).
+    pub fn stats(&self) -> LayerStats {
+        self.shared.counters.snapshot()
+    }
+}
+
+impl<S: Clone> Clone for RateLimit<S> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<S: fmt::Debug> fmt::Debug for RateLimit<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimit")
+            .field("inner", &self.inner)
+            .field("limits", &self.shared.limits.len())
+            .finish_non_exhaustive()
+    }
+}
+
+type BoxedResponse<RB, E> =
+    Pin<Box<dyn Future<Output = Result<Response<RateLimitBody<RB>>, E>> + Send>>;
+
+pin_project_lite::pin_project! {
+    /// The response future of [`RateLimit`]: the inner service's future with the fields to
+    /// add, the layer's own response, or (async limits, queue mode) a boxed future.
+    pub struct ResponseFuture<F, RB, E> {
+        #[pin]
+        kind: Kind<F, RB, E>,
+    }
+}
+
+pin_project_lite::pin_project! {
+    #[project = KindProj]
+    enum Kind<F, RB, E> {
+        Inner { #[pin] fut: F, extra: Option<Extra> },
+        Ready { res: Option<Response<RateLimitBody<RB>>> },
+        Boxed { fut: BoxedResponse<RB, E> },
+    }
+}
+
+impl<F, RB, E> fmt::Debug for ResponseFuture<F, RB, E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = match &self.kind {
+            Kind::Inner { .. } => "inner",
+            Kind::Ready { .. } => "ready",
+            Kind::Boxed { .. } => "boxed",
+        };
+        f.debug_struct("ResponseFuture")
+            .field("kind", &kind)
+            .finish()
+    }
+}
+
+impl<F, RB, E> ResponseFuture<F, RB, E> {
+    fn ready(res: Response<RateLimitBody<RB>>) -> Self {
+        Self {
+            kind: Kind::Ready { res: Some(res) },
+        }
+    }
+
+    fn boxed(fut: BoxedResponse<RB, E>) -> Self {
+        Self {
+            kind: Kind::Boxed { fut },
+        }
+    }
+}
+
+impl<F, RB, E> Future for ResponseFuture<F, RB, E>
+where
+    F: Future<Output = Result<Response<RB>, E>>,
+{
+    type Output = Result<Response<RateLimitBody<RB>>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project().kind.project() {
+            KindProj::Inner { fut, extra } => {
+                let mut res = ready!(fut.poll(cx))?;
+                if let Some(extra) = extra.take() {
+                    extra.apply(&mut res);
+                }
+                Poll::Ready(Ok(res.map(RateLimitBody::inner)))
+            }
+            // Polled again after completing: a caller's mistake; never completes again.
+            KindProj::Ready { res } => res.take().map_or(Poll::Pending, |r| Poll::Ready(Ok(r))),
+            KindProj::Boxed { fut } => fut.as_mut().poll(cx),
+        }
+    }
+}
+
+/// What an allowed response gets once the inner service answers.
+struct Extra {
+    fields: Fields,
+    passed: Option<PassedThrough>,
+    slo: Option<(Arc<SuccessRate>, String)>,
+}
+
+impl Extra {
+    fn apply<RB>(self, res: &mut Response<RB>) {
+        self.fields.insert_into(res.headers_mut());
+        if let Some(p) = self.passed {
+            res.extensions_mut().insert(p);
+        }
+        if let Some((slo, tier)) = self.slo {
+            slo.record(&tier, res.status().as_u16());
+        }
+    }
+}
+
+impl<S, B, RB> Service<Request<B>> for RateLimit<S>
+where
+    S: Service<Request<B>, Response = Response<RB>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    B: Send + 'static,
+    RB: Send + 'static,
+{
+    type Response = Response<RateLimitBody<RB>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Future, RB, S::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        let shared = Arc::clone(&self.shared);
+        let (parts, body) = req.into_parts();
+        let grpc = is_grpc(&parts);
+        let (subject, check) = match prepare(&shared, &parts, grpc) {
+            Ok(p) => p,
+            Err((tier, rejection)) => {
+                Counters::bump(&shared.counters.bad_requests);
+                return ResponseFuture::ready(reject(&shared, &tier, &rejection, &[], None));
+            }
+        };
+        if shared.answers_now {
+            // Every limit answers at once, so the judging future completes on its first
+            // poll; a source that breaks that promise is treated as a failed source.
+            let judged = {
+                let fut = pin!(judge(&shared, &subject, check));
+                fut.poll(&mut Context::from_waker(Waker::noop()))
+            };
+            let outcome = match judged {
+                Poll::Ready(o) => o,
+                Poll::Pending => {
+                    Counters::bump(&shared.counters.source_errors);
+                    let policy = Arc::clone(&shared.limits[0].name); // reason: a layer has at least one limit
+                    let passed = Some(PassedThrough {
+                        policy,
+                        reason: None,
+                    });
+                    Outcome::Allowed {
+                        figures: Figs::None,
+                        passed,
+                    }
+                }
+            };
+            if !(outcome.is_denied() && queue_applies(&shared, &parts)) {
+                return match outcome {
+                    Outcome::Allowed { figures, passed } => {
+                        let extra = allowed(&shared, &figures, passed, &subject);
+                        let fut = self.inner.call(Request::from_parts(parts, body));
+                        ResponseFuture {
+                            kind: Kind::Inner {
+                                fut,
+                                extra: Some(extra),
+                            },
+                        }
+                    }
+                    denied => ResponseFuture::ready(rejected(&shared, &subject, denied, grpc)),
+                };
+            }
+            // Denied, and queue mode applies: wait on the boxed path.
+            let inner = self.take_inner();
+            return ResponseFuture::boxed(Box::pin(async move {
+                let outcome = wait(&shared, &subject, check, outcome).await;
+                finish(&shared, inner, parts, body, subject, outcome, grpc).await
+            }));
+        }
+        let inner = self.take_inner();
+        ResponseFuture::boxed(Box::pin(async move {
+            let mut outcome = judge(&shared, &subject, check).await;
+            if outcome.is_denied() && queue_applies(&shared, &parts) {
+                outcome = wait(&shared, &subject, check, outcome).await;
+            }
+            finish(&shared, inner, parts, body, subject, outcome, grpc).await
+        }))
+    }
+}
+
+impl<S: Clone> RateLimit<S> {
+    /// The service polled ready, for a request served later; a fresh clone takes its place.
+    fn take_inner(&mut self) -> S {
+        let fresh = self.inner.clone();
+        core::mem::replace(&mut self.inner, fresh)
+    }
+}
+
+/// The boxed path's end: the inner service for an allowed request, the rejection otherwise.
+async fn finish<S, B, RB>(
+    shared: &Shared,
+    mut inner: S,
+    parts: Parts,
+    body: B,
+    subject: Subject,
+    outcome: Outcome,
+    grpc: bool,
+) -> Result<Response<RateLimitBody<RB>>, S::Error>
+where
+    S: Service<Request<B>, Response = Response<RB>>,
+{
+    match outcome {
+        Outcome::Allowed { figures, passed } => {
+            let extra = allowed(shared, &figures, passed, &subject);
+            let mut res = inner.call(Request::from_parts(parts, body)).await?;
+            extra.apply(&mut res);
+            Ok(res.map(RateLimitBody::inner))
+        }
+        denied => Ok(rejected(shared, &subject, denied, grpc)),
+    }
+}
+
+/// Counts an allowed request and prepares what its response gets.
+fn allowed(
+    shared: &Shared,
+    figures: &Figs,
+    passed: Option<PassedThrough>,
+    subject: &Subject,
+) -> Extra {
+    Counters::bump(&shared.counters.allowed);
+    let all = figures.as_slice();
+    let fields = match all.iter().min_by_key(|f| f.remaining) {
+        Some(tightest) => {
+            Fields::allowed(shared.headers, all, tightest, Some(&shared.policy_cache))
+        }
+        None => {
+            if passed.is_none() {
+                Counters::bump(&shared.counters.unmatched);
+            }
+            Fields::default()
+        }
+    };
+    if passed.is_some() {
+        Counters::bump(&shared.counters.passed_through);
+    }
+    let slo = shared
+        .success
+        .as_ref()
+        .map(|s| (Arc::clone(s), subject.tier().to_owned()));
+    Extra {
+        fields,
+        passed,
+        slo,
+    }
+}
+
+fn is_grpc(parts: &Parts) -> bool {
+    parts
+        .headers
+        .get(CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
+}
+
+fn queue_applies(shared: &Shared, parts: &Parts) -> bool {
+    shared.queue.is_some() && shared.queue_if.as_ref().is_none_or(|f| f(parts))
+}
