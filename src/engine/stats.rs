@@ -2,6 +2,7 @@
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 
@@ -56,6 +57,9 @@ pub struct Stats {
     /// Checks of retries ([`Check::attempt`](crate::Check::attempt) ≥ 1), whatever their
     /// outcome.
     pub retries: u64,
+    /// Of the retries, those permitted (allowed or passed through); `retries −
+    /// retries_admitted` were denied.
+    pub retries_admitted: u64,
 }
 
 impl Stats {
@@ -93,6 +97,7 @@ impl Stats {
             denied_retry_budget: c[DENIED_RETRY_BUDGET],
             original: 0,
             retries: c[RETRIES],
+            retries_admitted: c[RETRIES_ADMITTED],
         };
         // Saturating: the counters are read one by one while checks go on.
         s.original = s.total().saturating_sub(s.retries);
@@ -123,6 +128,7 @@ impl Stats {
         c[SHADOW_DENIED] = self.shadow_denied;
         c[DENIED_RETRY_BUDGET] = self.denied_retry_budget;
         c[RETRIES] = self.retries;
+        c[RETRIES_ADMITTED] = self.retries_admitted;
         c
     }
 }
@@ -140,7 +146,9 @@ pub(crate) const SHADOW_DENIED: usize = 9;
 pub(crate) const DENIED_RETRY_BUDGET: usize = 10;
 /// Retries checked, whatever the verdict (counted besides the verdict's own counter).
 pub(crate) const RETRIES: usize = 11;
-pub(crate) const COUNTERS: usize = 12;
+/// Retries permitted (allowed or passed through), counted besides [`RETRIES`].
+pub(crate) const RETRIES_ADMITTED: usize = 12;
+pub(crate) const COUNTERS: usize = 13;
 
 /// Stripes owned by one thread each: written with a plain load and store, no locked
 /// instruction.
@@ -155,16 +163,45 @@ const SHARED: usize = 8;
 /// Each of the first 64 threads alive at once owns a stripe (see [`thread_slot`]), so its
 /// increments need no locked instruction: one writer per stripe makes a load-and-store exact.
 /// Further threads share 8 stripes through `fetch_add`.
+///
+/// A limiter's counters can be [`share`](Self::share)d with the fault detector it is attached
+/// to, which sums the counters of every limiter it watches: the limiter counts once, in its
+/// own stripes, and both read them.
 #[derive(Debug)]
 pub(crate) struct Counters {
     /// A fixed-size array, so indexing an owned stripe needs no length load or bounds check.
-    stripes: Box<[Padded<[AtomicU64; COUNTERS]>; OWNED + SHARED]>,
+    /// Behind an `Arc` (one pointer, like a `Box`) so a detector can read them too.
+    stripes: Arc<[Padded<[AtomicU64; COUNTERS]>; OWNED + SHARED]>,
 }
 
 impl Counters {
     pub(crate) fn new() -> Self {
         Self {
-            stripes: Box::new(std::array::from_fn(|_| Padded(Default::default()))),
+            stripes: Arc::new(std::array::from_fn(|_| Padded(Default::default()))),
+        }
+    }
+
+    /// The same counters, for a reader that outlives no one: a detector summing the counts
+    /// of the limiters it watches.
+    pub(crate) fn share(&self) -> Counters {
+        Counters {
+            stripes: Arc::clone(&self.stripes),
+        }
+    }
+
+    /// `true` if no other holder of these counters is left (the limiter that wrote them was
+    /// dropped): they will not change again.
+    pub(crate) fn is_orphaned(&self) -> bool {
+        Arc::strong_count(&self.stripes) == 1
+    }
+
+    /// Counts a retry with its verdict: [`RETRIES`], and [`RETRIES_ADMITTED`] if permitted.
+    /// Only on a retry's path: a plain check never gets here.
+    #[inline]
+    pub(crate) fn retry(&self, permitted: bool) {
+        self.bump(RETRIES);
+        if permitted {
+            self.bump(RETRIES_ADMITTED);
         }
     }
 

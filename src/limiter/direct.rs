@@ -12,7 +12,7 @@ use crate::engine::error::InsufficientCapacity;
 use crate::engine::gcra::Params;
 use crate::engine::params::{Gate, SharedParams, Token};
 use crate::engine::quota::Quota;
-use crate::engine::stats::{Counters, Stats, ALLOWED, DENIED_QUOTA, RETRIES};
+use crate::engine::stats::{Counters, Stats, ALLOWED, DENIED_QUOTA};
 use crate::engine::verdict::{Allowed, Denied, DenyReason, PassReason, Verdict};
 use crate::limiter::guard::{self, Attached, Guard};
 use crate::safety::fault::FaultDetector;
@@ -114,7 +114,7 @@ impl RateLimiter {
                 if d.pass_reason().is_some() {
                     return general();
                 }
-                let count = |i| d.observe_index(i);
+                let count = |i| d.observe_index(&self.counters, i);
                 self.step_bare(clock.now_nanos(), 1, count, |v| v, general)
             }
             Hot::Other => self.check_dispatch(),
@@ -133,7 +133,7 @@ impl RateLimiter {
             // As `Hot::Detected`, on another clock.
             Some(g) => match g.detector_only().map(|d| d.shared()) {
                 Some(d) if d.pass_reason().is_none() => {
-                    let count = |i| d.observe_index(i);
+                    let count = |i| d.observe_index(&self.counters, i);
                     self.step_bare(self.clock.now_nanos(), 1, count, |v| v, general)
                 }
                 _ => self.check_guarded(g),
@@ -322,7 +322,7 @@ impl RateLimiter {
             None => {
                 let v = self.check_n(check.units())?;
                 if check.attempt_number() > 0 && check.units() > 0 {
-                    self.counters.bump(RETRIES);
+                    self.counters.retry(v.is_permitted());
                 }
                 Ok(v)
             }
@@ -564,14 +564,15 @@ impl RateLimiterBuilder {
 
     /// Builds the limiter, starting full (a whole burst is available).
     pub fn build(self) -> RateLimiter {
-        let guard = Guard::boxed(self.attached);
+        let counters = Counters::new();
+        let guard = Guard::boxed(self.attached, &counters);
         RateLimiter {
             hot: Hot::new(&self.clock, guard.as_deref()),
             cell: Padded(DirectCell::default()),
             params: SharedParams::new(self.quota.params()),
             quota: Mutex::new(self.quota),
             clock: self.clock,
-            counters: Counters::new(),
+            counters,
             guard,
         }
     }

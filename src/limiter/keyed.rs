@@ -46,7 +46,7 @@ use crate::engine::error::InsufficientCapacity;
 use crate::engine::fingerprint::Fingerprinter;
 use crate::engine::params::{Gate, SharedParams};
 use crate::engine::quota::Quota;
-use crate::engine::stats::{Counters, Stats, RETRIES};
+use crate::engine::stats::{Counters, Stats};
 use crate::engine::verdict::Verdict;
 use crate::limiter::guard::{self, Guard};
 use crate::shaping::priority::{self, Priorities, Reserve};
@@ -422,7 +422,7 @@ impl<K: Hash> KeyedRateLimiter<K> {
             None => {
                 let v = self.check_key_n(key, check.units())?;
                 if check.attempt_number() > 0 && check.units() > 0 {
-                    self.counters.bump(RETRIES);
+                    self.counters.retry(v.is_permitted());
                 }
                 Ok(v)
             }

@@ -128,6 +128,8 @@ impl<K> KeyedRateLimiterBuilder<K> {
                 }
             }
         };
+        let counters = Counters::new();
+        let guard = Guard::boxed(self.attached, &counters);
         KeyedRateLimiter {
             table,
             max_keys,
@@ -142,9 +144,9 @@ impl<K> KeyedRateLimiterBuilder<K> {
             quota: Mutex::new(self.quota),
             len: AtomicUsize::new(0),
             spilled: AtomicUsize::new(0),
-            guard: Guard::boxed(self.attached),
+            guard,
             spill_gate: Gate::default(),
-            counters: Counters::new(),
+            counters,
             slow: Mutex::new(Slow {
                 pass_min: u64::MAX,
                 ..Slow::default()
