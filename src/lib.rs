@@ -177,6 +177,9 @@ mod limiter;
 #[cfg(feature = "config")]
 #[cfg_attr(docsrs, doc(cfg(feature = "config")))]
 mod limits;
+#[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+mod metrics;
 mod safety;
 mod shaping;
 
@@ -204,6 +207,9 @@ pub use limits::reload::{Decision, LimitsHandle, LimitsHandleBuilder, DEFAULT_KN
 pub use limits::rollout::{
     Rollout, RolloutBuilder, RolloutState, Stage, WindowFigures, DEFAULT_STAGES,
 };
+#[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+pub use metrics::registry::{MetricsError, MetricsRegistry};
 pub use safety::fault::{
     AlertKind, Baseline, DetectorState, EventCallback, FaultDetector, FaultDetectorBuilder,
     FaultEvent, Figures, HourSample, Mode, BASELINE_HOURS, BASELINE_MIN_HOURS,

@@ -45,7 +45,11 @@ pub struct Stats {
     pub passed_clock_fault: u64,
     /// Passed through: an operator forced it.
     pub passed_forced: u64,
-    /// Passed through for any other reason.
+    /// Passed through: an operator forced it with [`PassReason::Shadow`] (a shadow policy's
+    /// pass-throughs are made above the limiter, which counts the verdict it gave).
+    pub passed_shadow: u64,
+    /// Passed through for any other reason: today, a shared backend that was unavailable
+    /// ([`PassReason::BackendUnavailable`]).
     pub passed_other: u64,
     /// Of the pass-throughs, those whose shadow verdict was a denial.
     pub shadow_denied: u64,
@@ -79,7 +83,11 @@ impl Stats {
 
     /// All pass-throughs, whatever the reason.
     pub fn passed(&self) -> u64 {
-        self.passed_deny_anomaly + self.passed_clock_fault + self.passed_forced + self.passed_other
+        self.passed_deny_anomaly
+            + self.passed_clock_fault
+            + self.passed_forced
+            + self.passed_shadow
+            + self.passed_other
     }
 
     pub(crate) fn from_counts(c: &[u64; COUNTERS]) -> Self {
@@ -92,6 +100,7 @@ impl Stats {
             passed_deny_anomaly: c[PASSED_ANOMALY],
             passed_clock_fault: c[PASSED_CLOCK],
             passed_forced: c[PASSED_FORCED],
+            passed_shadow: c[PASSED_SHADOW],
             passed_other: c[PASSED_OTHER],
             shadow_denied: c[SHADOW_DENIED],
             denied_retry_budget: c[DENIED_RETRY_BUDGET],
@@ -125,6 +134,7 @@ impl Stats {
         c[PASSED_CLOCK] = self.passed_clock_fault;
         c[PASSED_FORCED] = self.passed_forced;
         c[PASSED_OTHER] = self.passed_other;
+        c[PASSED_SHADOW] = self.passed_shadow;
         c[SHADOW_DENIED] = self.shadow_denied;
         c[DENIED_RETRY_BUDGET] = self.denied_retry_budget;
         c[RETRIES] = self.retries;
@@ -148,7 +158,8 @@ pub(crate) const DENIED_RETRY_BUDGET: usize = 10;
 pub(crate) const RETRIES: usize = 11;
 /// Retries permitted (allowed or passed through), counted besides [`RETRIES`].
 pub(crate) const RETRIES_ADMITTED: usize = 12;
-pub(crate) const COUNTERS: usize = 13;
+pub(crate) const PASSED_SHADOW: usize = 13;
+pub(crate) const COUNTERS: usize = 14;
 
 /// Stripes owned by one thread each: written with a plain load and store, no locked
 /// instruction.
@@ -193,6 +204,12 @@ impl Counters {
     /// dropped): they will not change again.
     pub(crate) fn is_orphaned(&self) -> bool {
         Arc::strong_count(&self.stripes) == 1
+    }
+
+    /// `true` if both are the same counters (one limiter's).
+    #[cfg(feature = "metrics")]
+    pub(crate) fn same(&self, other: &Counters) -> bool {
+        Arc::ptr_eq(&self.stripes, &other.stripes)
     }
 
     /// Counts a retry with its verdict: [`RETRIES`], and [`RETRIES_ADMITTED`] if permitted.
@@ -405,7 +422,8 @@ fn classify(v: &Verdict) -> (usize, bool) {
                 PassReason::DenyAnomaly => PASSED_ANOMALY,
                 PassReason::ClockFault => PASSED_CLOCK,
                 PassReason::Forced => PASSED_FORCED,
-                _ => PASSED_OTHER,
+                PassReason::Shadow => PASSED_SHADOW,
+                PassReason::BackendUnavailable => PASSED_OTHER,
             },
             p.shadow() == Shadow::Deny,
         ),

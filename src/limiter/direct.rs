@@ -429,6 +429,22 @@ impl RateLimiter {
         *self.quota.lock()
     }
 
+    /// This limiter's own counts since it was built (never reset, whatever is attached): what
+    /// metrics export.
+    #[cfg(feature = "metrics")]
+    pub(crate) fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// The fault detector and clock watchdog attached, if any.
+    #[cfg(feature = "metrics")]
+    pub(crate) fn safety(&self) -> (Option<&FaultDetector>, Option<&Watchdog>) {
+        match self.guard.as_deref() {
+            Some(g) => (g.detector.as_ref(), g.watchdog.as_ref()),
+            None => (None, None),
+        }
+    }
+
     /// The clock this limiter reads.
     pub fn clock(&self) -> &Clock {
         &self.clock

@@ -313,7 +313,8 @@ impl FaultDetector {
     pub fn record_key<Q: Hash + ?Sized>(&self, key: &Q, verdict: &Verdict) {
         self.shared.keyed.store(true, Ordering::Relaxed);
         let fp = self.shared.fingerprinter.fingerprint(key);
-        self.shared.observe(&self.shared.counters, verdict, Some(fp));
+        self.shared
+            .observe(&self.shared.counters, verdict, Some(fp));
     }
 
     fn with_eval(&self, f: impl FnOnce(&mut Eval, u64, &Shared)) {
@@ -458,6 +459,8 @@ impl Shared {
     /// is counted and never reaches the check that ran the evaluation.
     fn deliver(&self, events: &[FaultEvent]) {
         for event in events {
+            #[cfg(feature = "tracing")]
+            trace_event(event);
             for cb in &self.callbacks {
                 let call = std::panic::AssertUnwindSafe(|| cb(event));
                 if std::panic::catch_unwind(call).is_err() {
@@ -473,6 +476,57 @@ impl Shared {
 
     pub(crate) fn panel(&self) -> &Panel {
         &self.panel
+    }
+}
+
+/// The `tracing` event for a detector transition or alert (target `tollgate::detector`): a
+/// trip and every alert at WARN, a recovery at INFO, with the figures behind it.
+#[cfg(feature = "tracing")]
+fn trace_event(event: &FaultEvent) {
+    let (what, f) = match event {
+        FaultEvent::Tripped(f) => ("tripped", f),
+        FaultEvent::Recovered(f) => ("recovered", f),
+        FaultEvent::Alert(_, f) => ("alert", f),
+    };
+    let baseline = f.baseline.unwrap_or(f64::NAN);
+    macro_rules! emit {
+        ($level:ident, $kind:expr, $msg:literal) => {
+            tracing::$level!(
+                target: "tollgate::detector",
+                event = what,
+                kind = $kind,
+                measure = f.measure,
+                baseline,
+                allowed_per_sec = f.allowed_per_sec,
+                samples = f.samples,
+                window_secs = f.window.as_secs_f64(),
+                at_secs = f.at.as_secs_f64(),
+                $msg
+            )
+        };
+    }
+    match event {
+        FaultEvent::Tripped(_) => emit!(
+            warn,
+            "deny_anomaly",
+            "fault detector tripped: passing traffic through"
+        ),
+        FaultEvent::Recovered(_) => {
+            emit!(info, "none", "fault detector recovered: enforcing again")
+        }
+        FaultEvent::Alert(kind, _) => emit!(warn, alert_name(*kind), "fault detector alert"),
+    }
+}
+
+/// The alert's name in events and metrics: snake case, fixed.
+#[cfg(feature = "tracing")]
+fn alert_name(kind: AlertKind) -> &'static str {
+    match kind {
+        AlertKind::ColdStart => "cold_start",
+        AlertKind::Drift => "drift",
+        AlertKind::CoolDown => "cool_down",
+        AlertKind::OverflowCell => "overflow_cell",
+        AlertKind::PassThroughExhausted => "pass_through_exhausted",
     }
 }
 

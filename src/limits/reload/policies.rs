@@ -61,6 +61,10 @@ pub(crate) struct Policies {
     limiters: Vec<PolicyLimiter>,
 }
 
+/// A policy's name, shadow flag and limiter, as metrics read them.
+#[cfg(feature = "metrics")]
+pub(crate) type Entry = (Arc<str>, bool, Arc<KeyedRateLimiter<String>>);
+
 /// A quota change to apply to a reused limiter once no check can see the old document.
 pub(crate) type Requota = (Arc<KeyedRateLimiter<String>>, Quota);
 
@@ -130,6 +134,15 @@ impl Policies {
         let i = self.limits.resolve_position(tier, category, route)?;
         let entry = self.limiters.get(i)?;
         Some((&entry.name, &entry.limiter))
+    }
+
+    /// Every policy's name, shadow flag and limiter, in the document's order.
+    #[cfg(feature = "metrics")]
+    pub(crate) fn entries(&self) -> Vec<Entry> {
+        self.limiters
+            .iter()
+            .map(|p| (Arc::clone(&p.name), p.shadow, Arc::clone(&p.limiter)))
+            .collect()
     }
 
     /// The limiter of the policy named `name`.
