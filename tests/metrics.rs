@@ -597,3 +597,55 @@ fn the_success_rate_is_exported_per_declared_tier_only() {
         100.0
     );
 }
+
+#[test]
+fn a_policy_flipped_to_shadow_keeps_its_enforced_counts_and_counts_on_as_served() {
+    let doc = |revision: u64, shadow: bool| {
+        Limits::from_toml(&format!(
+            "schema = 1\nrevision = {revision}\n[[policies]]\nname = \"api\"\nmatch = {{ route = \"/api/*\" }}\nquota = \"2/s\"\nshadow = {shadow}\n"
+        ))
+        .unwrap()
+    };
+    let clock = ManualClock::new();
+    let handle = Arc::new(
+        LimitsHandle::builder(doc(1, false))
+            .clock(clock.clone())
+            .build(),
+    );
+    let registry = MetricsRegistry::new();
+    registry.register_limits("gw", &handle).unwrap();
+    let recorder = PrometheusBuilder::new().build_recorder();
+    let mut seen = Seen::default();
+    let mut check = || {
+        seen.saw(
+            handle
+                .check("t", "c", "/api/x", "k", Check::cost(1))
+                .unwrap()
+                .verdict(),
+        )
+    };
+    for _ in 0..3 {
+        check();
+    }
+    let _ = scrape(&recorder, &registry);
+    let kept = handle.limiter("api").unwrap();
+    handle.reload(doc(2, true)).unwrap();
+    // Without a detector the limiter (and every key's state) is kept.
+    assert!(Arc::ptr_eq(&kept, &handle.limiter("api").unwrap()));
+    for _ in 0..4 {
+        check();
+    }
+    let (_, s) = scrape(&recorder, &registry);
+    assert_eq!(seen.0[&("deny", "quota")], 1);
+    assert_eq!(seen.0[&("pass_through", "shadow")], 4);
+    seen.assert_scraped(&s, "gw", "api");
+    let shadow_denied = get(
+        &s,
+        "tollgate_shadow_denied_total",
+        &[("limiter", "gw"), ("policy", "api")],
+    );
+    assert_eq!(
+        shadow_denied, 4.0,
+        "the bucket was empty: all four would have been denied"
+    );
+}

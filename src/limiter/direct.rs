@@ -46,7 +46,8 @@ pub struct RateLimiter {
     clock: Clock,
     /// What a plain check does inline: one test selects the whole hot path.
     hot: Hot,
-    /// Every verdict, unless a detector (which counts them itself) is attached.
+    /// Every verdict, always; an attached detector sums these with the counters of the other
+    /// limiters it watches.
     counters: Counters,
     guard: Option<Box<Guard>>,
 }
@@ -56,7 +57,7 @@ enum Hot {
     /// The fast clock, nothing attached.
     Bare(FastClock),
     /// The fast clock and a detector (a clone of the attached one), nothing else that acts on
-    /// a plain check: the bare step while the detector enforces, counted by the detector.
+    /// a plain check: the bare step while the detector enforces, counted with its tick.
     Detected(FastClock, FaultDetector),
     /// Another clock, or more attached: [`RateLimiter::check_dispatch`].
     Other,

@@ -119,7 +119,8 @@ pub struct KeyedRateLimiter<K> {
     slow: Mutex<Slow>,
     /// The generation of the spilled keys' TATs (changed under `slow`).
     spill_gate: Gate,
-    /// Every verdict, unless a detector (which counts them itself) is attached.
+    /// Every verdict, always; an attached detector sums these with the counters of the other
+    /// limiters it watches.
     counters: Counters,
     guard: Option<Box<Guard>>,
     _key: PhantomData<fn(&K)>,

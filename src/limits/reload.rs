@@ -234,7 +234,7 @@ impl LimitsHandle {
         };
         let revision = new.revision();
         let moved_on = revision != old.limits.revision();
-        let (next, requota) = old.successor(Arc::new(new), &self.settings);
+        let (mut next, requota) = old.successor(Arc::new(new), &self.settings);
         {
             // Under the write guard, so a check sees one revision: the quota change walks the
             // policy's key table once (rescaling each key's cell to its fill level under the
@@ -243,6 +243,7 @@ impl LimitsHandle {
             for (limiter, quota) in requota {
                 limiter.set_quota(quota);
             }
+            next.settle();
             *current = Arc::new(next);
         }
         if let Some(d) = self.settings.detector.as_ref().filter(|_| moved_on) {

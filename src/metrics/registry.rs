@@ -10,7 +10,7 @@ use parking_lot::Mutex;
 use super::names::{self, *};
 #[cfg(feature = "config")]
 use super::track::add;
-use super::track::Track;
+use super::track::{InForce, Track};
 use crate::engine::stats::{Counters, COUNTERS, RETRIES, RETRIES_ADMITTED};
 use crate::limiter::direct::RateLimiter;
 use crate::limiter::keyed::KeyedRateLimiter;
@@ -332,15 +332,15 @@ impl Entry {
         match &self.source {
             Source::Direct(w) => {
                 let Some(lim) = w.upgrade() else { return false };
-                let counts = track(&mut self.tracks, "", 0, Some((lim.counters(), false)));
-                checks(name, "", &counts);
+                let now = Some((lim.counters(), false, [0; COUNTERS]));
+                checks(name, "", &track(&mut self.tracks, "", 0, now));
                 let (d, w) = lim.safety();
                 safety(name, d, w);
             }
             Source::Keyed(w) => {
                 let Some(lim) = w.upgrade() else { return false };
-                let counts = track(&mut self.tracks, "", 0, Some((lim.counters(), false)));
-                checks(name, "", &counts);
+                let now = Some((lim.counters(), false, [0; COUNTERS]));
+                checks(name, "", &track(&mut self.tracks, "", 0, now));
                 keys(name, "", lim.len(), lim.max_keys(), lim.table_bytes());
                 let (d, w) = lim.safety();
                 safety(name, d, w);
@@ -383,7 +383,7 @@ fn track(
     tracks: &mut BTreeMap<(Arc<str>, usize), Track>,
     policy: &str,
     doc: usize,
-    now: Option<(&Counters, bool)>,
+    now: Option<InForce<'_>>,
 ) -> [u64; COUNTERS] {
     let key = (Arc::from(policy), doc);
     tracks.entry(key).or_default().read(now)
@@ -400,8 +400,9 @@ fn policies(
     let mut by_policy: BTreeMap<Arc<str>, [u64; COUNTERS]> = BTreeMap::new();
     let mut seen = std::collections::BTreeSet::new();
     for (doc, entries) in docs.iter().enumerate() {
-        for (policy, shadow, lim) in entries {
-            let counts = track(tracks, policy, doc, Some((lim.counters(), *shadow)));
+        for (policy, shadow, lim, from) in entries {
+            let now = Some((lim.counters(), *shadow, *from));
+            let counts = track(tracks, policy, doc, now);
             add(by_policy.entry(Arc::clone(policy)).or_default(), &counts);
             seen.insert((Arc::clone(policy), doc));
         }
@@ -416,7 +417,7 @@ fn policies(
         checks(name, policy, counts);
     }
     let mut keyed: BTreeMap<&str, (usize, usize, usize)> = BTreeMap::new();
-    for (policy, _, lim) in docs.iter().flatten() {
+    for (policy, _, lim, _) in docs.iter().flatten() {
         let k = keyed.entry(policy).or_default();
         k.0 += lim.len();
         k.1 += lim.max_keys();

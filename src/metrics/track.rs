@@ -9,41 +9,42 @@ use crate::metrics::names::as_served;
 /// What was last seen for one policy (or one limiter).
 #[derive(Debug, Default)]
 pub(super) struct Track {
-    /// The limiter's counters last seen, and its shadow flag then.
-    current: Option<(Counters, bool)>,
-    /// The current counters' sums when they were first seen under this flag (zero for a
-    /// limiter first seen new; a flag flip on the same limiter starts from its sums then).
-    base: [u64; COUNTERS],
-    /// Counts served by earlier limiters (or under the earlier flag), as served.
+    /// The limiter's counters last seen, its shadow flag then, and its counts when that
+    /// flag took effect.
+    current: Option<(Counters, bool, [u64; COUNTERS])>,
+    /// Counts served by earlier limiters (or under an earlier flag), as served.
     carried: [u64; COUNTERS],
 }
+
+/// What is in force for a policy: its limiter's counters, its shadow flag, and the counters'
+/// sums when that flag took effect (zero for a limiter that started with it).
+pub(super) type InForce<'a> = (&'a Counters, bool, [u64; COUNTERS]);
 
 impl Track {
     /// Updates with what is in force now (`None`: the policy is gone) and returns every count
     /// as served so far.
-    pub(super) fn read(&mut self, now: Option<(&Counters, bool)>) -> [u64; COUNTERS] {
+    pub(super) fn read(&mut self, now: Option<InForce<'_>>) -> [u64; COUNTERS] {
         let unchanged = match (&self.current, now) {
-            (Some((c, flag)), Some((n, nflag))) => c.same(n) && *flag == nflag,
+            (Some((c, flag, from)), Some((n, nflag, nfrom))) => {
+                c.same(n) && *flag == nflag && *from == nfrom
+            }
             _ => false,
         };
         if !unchanged {
-            let mut same_limiter = None;
-            if let Some((c, flag)) = self.current.take() {
-                let sums = c.sum();
-                add(
-                    &mut self.carried,
-                    &as_served(minus(&sums, &self.base), flag),
-                );
-                if now.is_some_and(|(n, _)| n.same(&c)) {
-                    same_limiter = Some(sums);
-                }
+            if let Some((c, flag, from)) = self.current.take() {
+                // Where the old flag's counts end: at the flip on the same limiter, or at
+                // the old limiter's last count.
+                let end = match now {
+                    Some((n, _, nfrom)) if n.same(&c) => nfrom,
+                    _ => c.sum(),
+                };
+                add(&mut self.carried, &as_served(minus(&end, &from), flag));
             }
-            self.base = same_limiter.unwrap_or([0; COUNTERS]);
-            self.current = now.map(|(n, flag)| (n.share(), flag));
+            self.current = now.map(|(n, flag, from)| (n.share(), flag, from));
         }
         let mut total = self.carried;
-        if let Some((c, flag)) = &self.current {
-            add(&mut total, &as_served(minus(&c.sum(), &self.base), *flag));
+        if let Some((c, flag, from)) = &self.current {
+            add(&mut total, &as_served(minus(&c.sum(), from), *flag));
         }
         total
     }
