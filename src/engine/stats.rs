@@ -105,7 +105,7 @@ impl Stats {
             shadow_denied: c[SHADOW_DENIED],
             denied_retry_budget: c[DENIED_RETRY_BUDGET],
             original: 0,
-            retries: c[RETRIES],
+            retries: c[RETRIES_ADMITTED].wrapping_add(c[RETRIES_DENIED]),
             retries_admitted: c[RETRIES_ADMITTED],
         };
         // Saturating: the counters are read one by one while checks go on.
@@ -137,8 +137,8 @@ impl Stats {
         c[PASSED_SHADOW] = self.passed_shadow;
         c[SHADOW_DENIED] = self.shadow_denied;
         c[DENIED_RETRY_BUDGET] = self.denied_retry_budget;
-        c[RETRIES] = self.retries;
         c[RETRIES_ADMITTED] = self.retries_admitted;
+        c[RETRIES_DENIED] = self.retries.saturating_sub(self.retries_admitted);
         c
     }
 }
@@ -155,8 +155,9 @@ pub(crate) const PASSED_OTHER: usize = 8;
 pub(crate) const SHADOW_DENIED: usize = 9;
 pub(crate) const DENIED_RETRY_BUDGET: usize = 10;
 /// Retries checked, whatever the verdict (counted besides the verdict's own counter).
-pub(crate) const RETRIES: usize = 11;
-/// Retries permitted (allowed or passed through), counted besides [`RETRIES`].
+/// Retries denied, whatever the reason (counted besides the verdict's own counter).
+pub(crate) const RETRIES_DENIED: usize = 11;
+/// Retries permitted: allowed or passed through (counted besides the verdict's own counter).
 pub(crate) const RETRIES_ADMITTED: usize = 12;
 pub(crate) const PASSED_SHADOW: usize = 13;
 pub(crate) const COUNTERS: usize = 14;
@@ -212,14 +213,15 @@ impl Counters {
         Arc::ptr_eq(&self.stripes, &other.stripes)
     }
 
-    /// Counts a retry with its verdict: [`RETRIES`], and [`RETRIES_ADMITTED`] if permitted.
-    /// Only on a retry's path: a plain check never gets here.
+    /// Counts a retry with its verdict: [`RETRIES_ADMITTED`] or [`RETRIES_DENIED`], one
+    /// increment either way. Only on a retry's path: a plain check never gets here.
     #[inline]
     pub(crate) fn retry(&self, permitted: bool) {
-        self.bump(RETRIES);
-        if permitted {
-            self.bump(RETRIES_ADMITTED);
-        }
+        self.bump(if permitted {
+            RETRIES_ADMITTED
+        } else {
+            RETRIES_DENIED
+        });
     }
 
     /// Counts `v` once. Returns `true` once every `every` calls on this thread (a power of
@@ -289,7 +291,7 @@ impl Counters {
         }
     }
 
-    /// Counts one more in counter `index` (no verdict, no tick): [`RETRIES`].
+    /// Counts one more in counter `index` (no verdict, no tick).
     #[inline(always)]
     pub(crate) fn bump(&self, index: usize) {
         let slot = LOCAL.with(|l| l.slot.get());

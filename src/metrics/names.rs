@@ -6,7 +6,7 @@
 use crate::engine::stats::{
     ALLOWED, COUNTERS, DENIED_CEILING, DENIED_OVERFLOW, DENIED_QUOTA, DENIED_RETRY_BUDGET,
     DENIED_TABLE_FULL, PASSED_ANOMALY, PASSED_CLOCK, PASSED_FORCED, PASSED_OTHER, PASSED_SHADOW,
-    RETRIES, RETRIES_ADMITTED, SHADOW_DENIED,
+    RETRIES_ADMITTED, RETRIES_DENIED, SHADOW_DENIED,
 };
 
 pub(crate) const CHECKS: &str = "tollgate_checks_total";
@@ -53,9 +53,9 @@ const DENIALS: [usize; 5] = [
     DENIED_RETRY_BUDGET,
 ];
 
-/// The index of retries (all) and of admitted retries.
+/// The retry series: `(admitted, counter index)`.
 pub(crate) const RETRY_SERIES: [(&str, usize); 2] =
-    [("true", RETRIES_ADMITTED), ("false", RETRIES)];
+    [("true", RETRIES_ADMITTED), ("false", RETRIES_DENIED)];
 pub(crate) const SHADOW_DENIED_INDEX: usize = SHADOW_DENIED;
 
 /// Counts as the client saw them. A shadow policy's limiter counts the verdicts it gave; the

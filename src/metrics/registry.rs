@@ -11,7 +11,7 @@ use super::names::{self, *};
 #[cfg(feature = "config")]
 use super::track::add;
 use super::track::{InForce, Track};
-use crate::engine::stats::{Counters, COUNTERS, RETRIES, RETRIES_ADMITTED};
+use crate::engine::stats::{Counters, COUNTERS};
 use crate::limiter::direct::RateLimiter;
 use crate::limiter::keyed::KeyedRateLimiter;
 #[cfg(feature = "config")]
@@ -438,11 +438,9 @@ fn checks(name: &str, policy: &str, c: &[u64; COUNTERS]) {
     }
     let l = labels(name, [("policy", policy)]);
     counter(SHADOW_DENIED_TOTAL, l, c[SHADOW_DENIED_INDEX]);
-    let admitted = c[RETRIES_ADMITTED];
-    let refused = c[RETRIES].saturating_sub(admitted);
-    for (flag, v) in [(RETRY_SERIES[0].0, admitted), (RETRY_SERIES[1].0, refused)] {
+    for (flag, i) in RETRY_SERIES {
         let l = labels(name, [("policy", policy), ("admitted", flag)]);
-        counter(RETRIES_TOTAL, l, v);
+        counter(RETRIES_TOTAL, l, c[i]);
     }
 }
 
