@@ -7,6 +7,7 @@
 //! The `tracing` feature's events are emitted where they happen (the detector, the watchdog,
 //! the success rate, reloads, rollouts); their list is in the crate documentation.
 
+mod export;
 pub(crate) mod names;
 pub(crate) mod registry;
 mod track;

@@ -3,6 +3,11 @@
 //! counts the old limiter (or the old flag) produced are carried, so an exported counter
 //! never goes down.
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+#[cfg(feature = "config")]
+use super::export::{checks, keys};
 use crate::engine::stats::{Counters, COUNTERS};
 use crate::metrics::names::as_served;
 
@@ -57,5 +62,55 @@ fn minus(a: &[u64; COUNTERS], b: &[u64; COUNTERS]) -> [u64; COUNTERS] {
 pub(super) fn add(total: &mut [u64; COUNTERS], more: &[u64; COUNTERS]) {
     for (t, m) in total.iter_mut().zip(more) {
         *t = t.wrapping_add(*m);
+    }
+}
+
+/// The counts of `policy` in document `doc` as served so far, given what is in force now.
+pub(super) fn track(
+    tracks: &mut BTreeMap<(Arc<str>, usize), Track>,
+    policy: &str,
+    doc: usize,
+    now: Option<InForce<'_>>,
+) -> [u64; COUNTERS] {
+    let key = (Arc::from(policy), doc);
+    tracks.entry(key).or_default().read(now)
+}
+
+/// Every policy of one or two documents: checks summed by policy name (policies gone since
+/// keep their last counts), and each policy's keys.
+#[cfg(feature = "config")]
+pub(super) fn policies(
+    name: &str,
+    tracks: &mut BTreeMap<(Arc<str>, usize), Track>,
+    docs: [Vec<crate::limits::reload::Entry>; 2],
+) {
+    let mut by_policy: BTreeMap<Arc<str>, [u64; COUNTERS]> = BTreeMap::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for (doc, entries) in docs.iter().enumerate() {
+        for (policy, shadow, lim, from) in entries {
+            let now = Some((lim.counters(), *shadow, *from));
+            let counts = track(tracks, policy, doc, now);
+            add(by_policy.entry(Arc::clone(policy)).or_default(), &counts);
+            seen.insert((Arc::clone(policy), doc));
+        }
+    }
+    for (key, t) in tracks.iter_mut().filter(|(k, _)| !seen.contains(*k)) {
+        add(
+            by_policy.entry(Arc::clone(&key.0)).or_default(),
+            &t.read(None),
+        );
+    }
+    for (policy, counts) in &by_policy {
+        checks(name, policy, counts);
+    }
+    let mut keyed: BTreeMap<&str, (usize, usize, usize)> = BTreeMap::new();
+    for (policy, _, lim, _) in docs.iter().flatten() {
+        let k = keyed.entry(policy).or_default();
+        k.0 += lim.len();
+        k.1 += lim.max_keys();
+        k.2 += lim.table_bytes();
+    }
+    for (policy, (len, max, bytes)) in keyed {
+        keys(name, policy, len, max, bytes);
     }
 }

@@ -18,9 +18,12 @@
 //!   far below it: a healthy limiter under a flood still admits its rate; a lagging clock or a
 //!   60× tightening does not.
 
+mod attached;
 mod baseline;
 mod builder;
 mod eval;
+#[cfg(feature = "tracing")]
+mod events;
 mod panel;
 
 use core::fmt;
@@ -38,6 +41,7 @@ use crate::engine::clock::{saturating_nanos, Clock};
 use crate::engine::fingerprint::Fingerprinter;
 use crate::engine::stats::{Counters, Stats, COUNTERS};
 use crate::engine::verdict::{DenyReason, PassReason, Verdict};
+pub(crate) use attached::AttachedCounters;
 use eval::Eval;
 use panel::Panel;
 
@@ -186,41 +190,6 @@ pub(crate) struct Config {
     pub(crate) recent: u64,
     pub(crate) memory: u64,
     pub(crate) ceiling: Option<u32>,
-}
-
-/// The counters of the limiters a detector watches: they count their own checks, the detector
-/// sums them (on evaluation and on `stats()`, never per check).
-#[derive(Debug, Default)]
-pub(crate) struct AttachedCounters {
-    live: Vec<Counters>,
-    /// The last sums of limiters since dropped, so totals never go down.
-    retired: [u64; COUNTERS],
-}
-
-impl AttachedCounters {
-    /// The sums over every limiter attached, dropped ones included; drops the counters of
-    /// limiters that are gone, keeping what they counted.
-    fn sum_into(&mut self, total: &mut [u64; COUNTERS]) {
-        let retired = &mut self.retired;
-        self.live.retain(|c| {
-            if c.is_orphaned() {
-                add(retired, &c.sum());
-                false
-            } else {
-                true
-            }
-        });
-        add(total, retired);
-        for c in &self.live {
-            add(total, &c.sum());
-        }
-    }
-}
-
-fn add(total: &mut [u64; COUNTERS], more: &[u64; COUNTERS]) {
-    for (t, m) in total.iter_mut().zip(more) {
-        *t = t.wrapping_add(*m);
-    }
 }
 
 /// How often (in checks per thread) a check looks at the detector clock to see whether a
@@ -391,7 +360,7 @@ impl Shared {
 
     /// Hands the detector a limiter's counters, to sum with the others it watches.
     pub(crate) fn attach(&self, counters: Counters) {
-        self.attached.lock().live.push(counters);
+        self.attached.lock().attach(counters);
     }
 
     /// Every check counted: fed through [`FaultDetector::record`] or by an attached limiter.
@@ -460,7 +429,7 @@ impl Shared {
     fn deliver(&self, events: &[FaultEvent]) {
         for event in events {
             #[cfg(feature = "tracing")]
-            trace_event(event);
+            events::trace(event);
             for cb in &self.callbacks {
                 let call = std::panic::AssertUnwindSafe(|| cb(event));
                 if std::panic::catch_unwind(call).is_err() {
@@ -476,57 +445,6 @@ impl Shared {
 
     pub(crate) fn panel(&self) -> &Panel {
         &self.panel
-    }
-}
-
-/// The `tracing` event for a detector transition or alert (target `tollgate::detector`): a
-/// trip and every alert at WARN, a recovery at INFO, with the figures behind it.
-#[cfg(feature = "tracing")]
-fn trace_event(event: &FaultEvent) {
-    let (what, f) = match event {
-        FaultEvent::Tripped(f) => ("tripped", f),
-        FaultEvent::Recovered(f) => ("recovered", f),
-        FaultEvent::Alert(_, f) => ("alert", f),
-    };
-    let baseline = f.baseline.unwrap_or(f64::NAN);
-    macro_rules! emit {
-        ($level:ident, $kind:expr, $msg:literal) => {
-            tracing::$level!(
-                target: "tollgate::detector",
-                event = what,
-                kind = $kind,
-                measure = f.measure,
-                baseline,
-                allowed_per_sec = f.allowed_per_sec,
-                samples = f.samples,
-                window_secs = f.window.as_secs_f64(),
-                at_secs = f.at.as_secs_f64(),
-                $msg
-            )
-        };
-    }
-    match event {
-        FaultEvent::Tripped(_) => emit!(
-            warn,
-            "deny_anomaly",
-            "fault detector tripped: passing traffic through"
-        ),
-        FaultEvent::Recovered(_) => {
-            emit!(info, "none", "fault detector recovered: enforcing again")
-        }
-        FaultEvent::Alert(kind, _) => emit!(warn, alert_name(*kind), "fault detector alert"),
-    }
-}
-
-/// The alert's name in events and metrics: snake case, fixed.
-#[cfg(feature = "tracing")]
-fn alert_name(kind: AlertKind) -> &'static str {
-    match kind {
-        AlertKind::ColdStart => "cold_start",
-        AlertKind::Drift => "drift",
-        AlertKind::CoolDown => "cool_down",
-        AlertKind::OverflowCell => "overflow_cell",
-        AlertKind::PassThroughExhausted => "pass_through_exhausted",
     }
 }
 
