@@ -652,3 +652,44 @@ fn a_policy_flipped_to_shadow_keeps_its_enforced_counts_and_counts_on_as_served(
         "the bucket was empty: all four would have been denied"
     );
 }
+
+#[test]
+fn an_idle_limiters_detector_mode_is_current_at_the_scrape() {
+    let clock = ManualClock::new();
+    let detector = FaultDetector::builder().clock(clock.clone()).build();
+    let lim = Arc::new(
+        KeyedRateLimiter::<u64>::builder("5/s".parse().unwrap())
+            .clock(clock.clone())
+            .detector(detector.clone())
+            .build(),
+    );
+    let registry = MetricsRegistry::new();
+    registry.register_keyed("k", &lim).unwrap();
+    let recorder = PrometheusBuilder::new().build_recorder();
+    let mode = |s: &Scrape, m: &str| {
+        get(
+            s,
+            "tollgate_detector_mode",
+            &[("limiter", "k"), ("mode", m)],
+        )
+    };
+    detector.force_pass_through(PassReason::Forced, Duration::from_secs(60));
+    assert!(matches!(lim.check_key(&1), Verdict::PassThrough(_)));
+    let (_, s) = scrape(&recorder, &registry);
+    assert_eq!((mode(&s, "forced"), mode(&s, "enforcing")), (1.0, 0.0));
+    // No check arrives after the override ends: the scrape still sees it ended.
+    clock.advance(Duration::from_secs(61));
+    let (_, s) = scrape(&recorder, &registry);
+    assert_eq!((mode(&s, "forced"), mode(&s, "enforcing")), (0.0, 1.0));
+    let passed = get(
+        &s,
+        "tollgate_checks_total",
+        &[
+            ("limiter", "k"),
+            ("policy", ""),
+            ("outcome", "pass_through"),
+            ("reason", "forced"),
+        ],
+    );
+    assert_eq!(passed, 1.0);
+}

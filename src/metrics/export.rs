@@ -39,6 +39,9 @@ pub(super) fn keys(name: &str, policy: &str, len: usize, max: usize, bytes: usiz
 
 pub(super) fn safety(name: &str, detector: Option<&FaultDetector>, watchdog: Option<&Watchdog>) {
     if let Some(d) = detector {
+        // What is due runs first (an expired forced pass-through ends, a closed sub-bucket is
+        // evaluated), as the next check would: an idle limiter's gauges are current.
+        d.tick();
         let st = d.state();
         let current = match st.mode {
             Mode::PassingThrough { .. } if st.overridden => "forced",
@@ -59,6 +62,7 @@ pub(super) fn safety(name: &str, detector: Option<&FaultDetector>, watchdog: Opt
 }
 
 pub(super) fn success_rate(name: &str, slo: &SuccessRate) {
+    slo.tick();
     for t in slo.snapshot() {
         let tier = t.tier();
         let rate = t.success_rate().unwrap_or(f64::NAN);
@@ -78,6 +82,7 @@ pub(super) fn success_rate(name: &str, slo: &SuccessRate) {
 
 #[cfg(feature = "config")]
 pub(super) fn rollout_state(name: &str, rollout: &Rollout) {
+    rollout.tick();
     let state = rollout.state();
     let (current, stage) = match &state {
         RolloutState::Staged { stage, .. } => ("staged", *stage),

@@ -268,7 +268,10 @@ impl MetricsRegistry {
     /// Reads every registered source and sets its series through the [`metrics`] facade (the
     /// recorder installed, or the local one of [`metrics::with_local_recorder`]): counters to
     /// their absolute values, gauges to their current ones. Call it right before rendering a
-    /// scrape. Sources that were dropped are removed. Takes the registry's lock, and briefly
+    /// scrape. Sources that were dropped are removed. It first runs what is due on each
+    /// source, as its next check would (`tick()` of detectors, success rates and rollouts:
+    /// an expired pass-through ends, a closed window is evaluated, and any callbacks run on
+    /// the caller's thread), so an idle source's gauges are current. Takes the registry's lock, and briefly
     /// each source's (a limits handle's read guard, a rollout's, a detector's): never on a
     /// check's path, but not free either — call it per scrape, not per request.
     ///
@@ -368,8 +371,8 @@ impl Entry {
                 let Some(rollout) = w.upgrade() else {
                     return false;
                 };
-                policies(name, &mut self.tracks, rollout.policy_limiters());
                 rollout_state(name, &rollout);
+                policies(name, &mut self.tracks, rollout.policy_limiters());
             }
             Source::SuccessRate(w) => {
                 let Some(slo) = w.upgrade() else { return false };
