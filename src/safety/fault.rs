@@ -39,7 +39,7 @@ pub use builder::FaultDetectorBuilder;
 
 use crate::engine::clock::{saturating_nanos, Clock};
 use crate::engine::fingerprint::Fingerprinter;
-use crate::engine::stats::{Counters, Stats, COUNTERS};
+use crate::engine::stats::{Counters, Stats, ALLOWED, COUNTERS};
 use crate::engine::verdict::{DenyReason, PassReason, Verdict};
 pub(crate) use attached::AttachedCounters;
 use eval::Eval;
@@ -375,6 +375,19 @@ impl Shared {
     #[inline(always)]
     pub(crate) fn observe_index(&self, counters: &Counters, index: usize) {
         if counters.record_index(index, EVAL_EVERY) {
+            self.maybe_evaluate();
+        }
+    }
+
+    /// [`observe`](Self::observe) of a key's verdict known by its counter `index` (an allow
+    /// or a quota denial: neither a pass-through nor a full table's denial), counted in the
+    /// limiter's `counters`.
+    #[inline(always)]
+    pub(crate) fn observe_key(&self, counters: &Counters, index: usize, fp: u64) {
+        let due = counters.record_index(index, EVAL_EVERY);
+        // A quota denial is a denial for the breadth panel, as `is_shadow_denied` says.
+        self.panel.record(fp, index != ALLOWED);
+        if due {
             self.maybe_evaluate();
         }
     }
