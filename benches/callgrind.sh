@@ -23,8 +23,9 @@ cd "$(dirname "$0")/.."
 
 N1=${N1:-100000}
 N2=${N2:-200000}
-export CARGO_TARGET_DIR=target/callgrind CARGO_PROFILE_BENCH_CODEGEN_UNITS=1
-BIN=$(cargo bench --quiet --no-run --bench ir_per_check --message-format=json \
+# FEATURES=metrics,tracing benches/callgrind.sh ... measures with those features on.
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target/callgrind} CARGO_PROFILE_BENCH_CODEGEN_UNITS=1
+BIN=$(cargo bench --quiet --no-run --bench ir_per_check ${FEATURES:+--features "$FEATURES"} --message-format=json \
   | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT

@@ -137,6 +137,20 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! # Metrics and tracing
+//!
+//! With the `metrics` feature, a [`MetricsRegistry`] exports what the limiters count anyway —
+//! `tollgate_checks_total{limiter, policy, outcome, reason}`, retries, live keys, the
+//! detector's mode and deny breadth, reloads, rollout stages, the success rate per tier —
+//! through the [`metrics`](https://docs.rs/metrics) facade when a scrape calls
+//! [`publish`](MetricsRegistry::publish): nothing per check, nothing on a timer, and labels
+//! that never carry a key. With the `tracing` feature, detector trips, recoveries and alerts
+//! (target `tollgate::detector`), clock faults (`tollgate::watchdog`), success-rate alerts
+//! (`tollgate::success_rate`), reloads (`tollgate::reload`) and rollout stages and halts
+//! (`tollgate::rollout`) are [`tracing`](https://docs.rs/tracing) events with their figures;
+//! none is emitted per check. The README's "Metrics and tracing" lists every metric, label
+//! and event field, with dashboard queries.
+//!
 //! # Caveats
 //!
 //! * **Clock.** Every check reads the clock; nothing is cached. The default clock is quanta's
@@ -181,6 +195,9 @@ mod limiter;
 #[cfg(feature = "config")]
 #[cfg_attr(docsrs, doc(cfg(feature = "config")))]
 mod limits;
+#[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+mod metrics;
 mod safety;
 mod shaping;
 
@@ -218,6 +235,9 @@ pub use limits::reload::{
 pub use limits::rollout::{
     Rollout, RolloutBuilder, RolloutState, Stage, WindowFigures, DEFAULT_STAGES,
 };
+#[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+pub use metrics::registry::{MetricsError, MetricsRegistry};
 pub use safety::fault::{
     AlertKind, Baseline, DetectorState, EventCallback, FaultDetector, FaultDetectorBuilder,
     FaultEvent, Figures, HourSample, Mode, BASELINE_HOURS, BASELINE_MIN_HOURS,

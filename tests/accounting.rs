@@ -97,7 +97,7 @@ impl Tally {
             passed_deny_anomaly: s.passed_deny_anomaly,
             passed_clock_fault: s.passed_clock_fault,
             passed_forced: s.passed_forced,
-            passed_other: s.passed_other,
+            passed_other: s.passed_other + s.passed_shadow,
             shadow_denied: s.shadow_denied,
         }
     }

@@ -511,3 +511,37 @@ fn an_imported_baseline_is_checked_like_a_learned_one() {
         "trimmed to 7 days"
     );
 }
+
+/// On the fast clock with only a detector attached, tracked keys are checked inline: their
+/// quota denials must reach the breadth panel as denials (they did not, so a keyed limiter on
+/// the default clock could never trip on its tracked keys).
+#[test]
+fn inline_checks_of_tracked_keys_feed_breadth_with_their_denials() {
+    let real = ManualClock::new();
+    let detector = FaultDetector::builder()
+        .clock(real.clone())
+        .baseline(baseline(0.01, 0.01, 100.0))
+        .build();
+    // The default (fast) clock; 1 per hour, so each key's second check is denied.
+    let lim: KeyedRateLimiter<u64> = KeyedRateLimiter::builder(q("1/h"))
+        .detector(detector.clone())
+        .build();
+    for key in 0..200u64 {
+        assert!(lim.check_key(&key).is_permitted());
+    }
+    real.advance(Duration::from_secs(10));
+    detector.tick();
+    for key in 0..200u64 {
+        for _ in 0..3 {
+            let _ = lim.check_key(&key);
+        }
+    }
+    real.advance(Duration::from_secs(10));
+    detector.tick();
+    let state = detector.state();
+    assert!(
+        state.last.measure > 0.9,
+        "every sampled key is mostly denied: {:?}",
+        state.last
+    );
+}

@@ -2,6 +2,7 @@
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 
@@ -44,7 +45,11 @@ pub struct Stats {
     pub passed_clock_fault: u64,
     /// Passed through: an operator forced it.
     pub passed_forced: u64,
-    /// Passed through for any other reason.
+    /// Passed through: an operator forced it with [`PassReason::Shadow`] (a shadow policy's
+    /// pass-throughs are made above the limiter, which counts the verdict it gave).
+    pub passed_shadow: u64,
+    /// Passed through for any other reason: today, a shared backend that was unavailable
+    /// ([`PassReason::BackendUnavailable`]).
     pub passed_other: u64,
     /// Of the pass-throughs, those whose shadow verdict was a denial.
     pub shadow_denied: u64,
@@ -56,6 +61,9 @@ pub struct Stats {
     /// Checks of retries ([`Check::attempt`](crate::Check::attempt) ≥ 1), whatever their
     /// outcome.
     pub retries: u64,
+    /// Of the retries, those permitted (allowed or passed through); `retries −
+    /// retries_admitted` were denied.
+    pub retries_admitted: u64,
 }
 
 impl Stats {
@@ -75,7 +83,11 @@ impl Stats {
 
     /// All pass-throughs, whatever the reason.
     pub fn passed(&self) -> u64 {
-        self.passed_deny_anomaly + self.passed_clock_fault + self.passed_forced + self.passed_other
+        self.passed_deny_anomaly
+            + self.passed_clock_fault
+            + self.passed_forced
+            + self.passed_shadow
+            + self.passed_other
     }
 
     pub(crate) fn from_counts(c: &[u64; COUNTERS]) -> Self {
@@ -88,11 +100,13 @@ impl Stats {
             passed_deny_anomaly: c[PASSED_ANOMALY],
             passed_clock_fault: c[PASSED_CLOCK],
             passed_forced: c[PASSED_FORCED],
+            passed_shadow: c[PASSED_SHADOW],
             passed_other: c[PASSED_OTHER],
             shadow_denied: c[SHADOW_DENIED],
             denied_retry_budget: c[DENIED_RETRY_BUDGET],
             original: 0,
-            retries: c[RETRIES],
+            retries: c[RETRIES_ADMITTED].wrapping_add(c[RETRIES_DENIED]),
+            retries_admitted: c[RETRIES_ADMITTED],
         };
         // Saturating: the counters are read one by one while checks go on.
         s.original = s.total().saturating_sub(s.retries);
@@ -120,9 +134,11 @@ impl Stats {
         c[PASSED_CLOCK] = self.passed_clock_fault;
         c[PASSED_FORCED] = self.passed_forced;
         c[PASSED_OTHER] = self.passed_other;
+        c[PASSED_SHADOW] = self.passed_shadow;
         c[SHADOW_DENIED] = self.shadow_denied;
         c[DENIED_RETRY_BUDGET] = self.denied_retry_budget;
-        c[RETRIES] = self.retries;
+        c[RETRIES_ADMITTED] = self.retries_admitted;
+        c[RETRIES_DENIED] = self.retries.saturating_sub(self.retries_admitted);
         c
     }
 }
@@ -139,8 +155,12 @@ pub(crate) const PASSED_OTHER: usize = 8;
 pub(crate) const SHADOW_DENIED: usize = 9;
 pub(crate) const DENIED_RETRY_BUDGET: usize = 10;
 /// Retries checked, whatever the verdict (counted besides the verdict's own counter).
-pub(crate) const RETRIES: usize = 11;
-pub(crate) const COUNTERS: usize = 12;
+/// Retries denied, whatever the reason (counted besides the verdict's own counter).
+pub(crate) const RETRIES_DENIED: usize = 11;
+/// Retries permitted: allowed or passed through (counted besides the verdict's own counter).
+pub(crate) const RETRIES_ADMITTED: usize = 12;
+pub(crate) const PASSED_SHADOW: usize = 13;
+pub(crate) const COUNTERS: usize = 14;
 
 /// Stripes owned by one thread each: written with a plain load and store, no locked
 /// instruction.
@@ -155,17 +175,53 @@ const SHARED: usize = 8;
 /// Each of the first 64 threads alive at once owns a stripe (see [`thread_slot`]), so its
 /// increments need no locked instruction: one writer per stripe makes a load-and-store exact.
 /// Further threads share 8 stripes through `fetch_add`.
+///
+/// A limiter's counters can be [`share`](Self::share)d with the fault detector it is attached
+/// to, which sums the counters of every limiter it watches: the limiter counts once, in its
+/// own stripes, and both read them.
 #[derive(Debug)]
 pub(crate) struct Counters {
     /// A fixed-size array, so indexing an owned stripe needs no length load or bounds check.
-    stripes: Box<[Padded<[AtomicU64; COUNTERS]>; OWNED + SHARED]>,
+    /// Behind an `Arc` (one pointer, like a `Box`) so a detector can read them too.
+    stripes: Arc<[Padded<[AtomicU64; COUNTERS]>; OWNED + SHARED]>,
 }
 
 impl Counters {
     pub(crate) fn new() -> Self {
         Self {
-            stripes: Box::new(std::array::from_fn(|_| Padded(Default::default()))),
+            stripes: Arc::new(std::array::from_fn(|_| Padded(Default::default()))),
         }
+    }
+
+    /// The same counters, for a reader that outlives no one: a detector summing the counts
+    /// of the limiters it watches.
+    pub(crate) fn share(&self) -> Counters {
+        Counters {
+            stripes: Arc::clone(&self.stripes),
+        }
+    }
+
+    /// `true` if no other holder of these counters is left (the limiter that wrote them was
+    /// dropped): they will not change again.
+    pub(crate) fn is_orphaned(&self) -> bool {
+        Arc::strong_count(&self.stripes) == 1
+    }
+
+    /// `true` if both are the same counters (one limiter's).
+    #[cfg(feature = "metrics")]
+    pub(crate) fn same(&self, other: &Counters) -> bool {
+        Arc::ptr_eq(&self.stripes, &other.stripes)
+    }
+
+    /// Counts a retry with its verdict: [`RETRIES_ADMITTED`] or [`RETRIES_DENIED`], one
+    /// increment either way. Only on a retry's path: a plain check never gets here.
+    #[inline]
+    pub(crate) fn retry(&self, permitted: bool) {
+        self.bump(if permitted {
+            RETRIES_ADMITTED
+        } else {
+            RETRIES_DENIED
+        });
     }
 
     /// Counts `v` once. Returns `true` once every `every` calls on this thread (a power of
@@ -235,7 +291,7 @@ impl Counters {
         }
     }
 
-    /// Counts one more in counter `index` (no verdict, no tick): [`RETRIES`].
+    /// Counts one more in counter `index` (no verdict, no tick).
     #[inline(always)]
     pub(crate) fn bump(&self, index: usize) {
         let slot = LOCAL.with(|l| l.slot.get());
@@ -368,7 +424,8 @@ fn classify(v: &Verdict) -> (usize, bool) {
                 PassReason::DenyAnomaly => PASSED_ANOMALY,
                 PassReason::ClockFault => PASSED_CLOCK,
                 PassReason::Forced => PASSED_FORCED,
-                _ => PASSED_OTHER,
+                PassReason::Shadow => PASSED_SHADOW,
+                PassReason::BackendUnavailable => PASSED_OTHER,
             },
             p.shadow() == Shadow::Deny,
         ),

@@ -12,7 +12,7 @@ use crate::engine::error::InsufficientCapacity;
 use crate::engine::gcra::Params;
 use crate::engine::params::{Gate, SharedParams, Token};
 use crate::engine::quota::Quota;
-use crate::engine::stats::{Counters, Stats, ALLOWED, DENIED_QUOTA, RETRIES};
+use crate::engine::stats::{Counters, Stats, ALLOWED, DENIED_QUOTA};
 use crate::engine::verdict::{Allowed, Denied, DenyReason, PassReason, Verdict};
 use crate::limiter::guard::{self, Attached, Guard, Hot};
 use crate::safety::fault::FaultDetector;
@@ -49,7 +49,8 @@ pub struct RateLimiter {
     clock: Clock,
     /// What a plain check does inline: one test selects the whole hot path.
     hot: Hot,
-    /// Every verdict, unless a detector (which counts them itself) is attached.
+    /// Every verdict, always; an attached detector sums these with the counters of the other
+    /// limiters it watches.
     counters: Counters,
     guard: Option<Box<Guard>>,
 }
@@ -100,7 +101,7 @@ impl RateLimiter {
                 if d.pass_reason().is_some() {
                     return general();
                 }
-                let count = |i| d.observe_index(i);
+                let count = |i| d.observe_index(&self.counters, i);
                 self.step_bare(
                     clock.now_nanos(),
                     (1, Reserve::NONE),
@@ -133,7 +134,7 @@ impl RateLimiter {
             // As `Hot::Detected`, on another clock.
             Some(g) => match g.detector_only().map(|d| d.shared()) {
                 Some(d) if d.pass_reason().is_none() => {
-                    let count = |i| d.observe_index(i);
+                    let count = |i| d.observe_index(&self.counters, i);
                     self.step_bare(
                         self.clock.now_nanos(),
                         (1, Reserve::NONE),
@@ -351,7 +352,7 @@ impl RateLimiter {
             None => {
                 let v = self.check_n(check.units())?;
                 if check.attempt_number() > 0 && check.units() > 0 {
-                    self.counters.bump(RETRIES);
+                    self.counters.retry(v.is_permitted());
                 }
                 Ok(v)
             }
@@ -492,6 +493,22 @@ impl RateLimiter {
         *self.quota.lock()
     }
 
+    /// This limiter's own counts since it was built (never reset, whatever is attached): what
+    /// metrics export.
+    #[cfg(feature = "metrics")]
+    pub(crate) fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// The fault detector and clock watchdog attached, if any.
+    #[cfg(feature = "metrics")]
+    pub(crate) fn safety(&self) -> (Option<&FaultDetector>, Option<&Watchdog>) {
+        match self.guard.as_deref() {
+            Some(g) => (g.detector.as_ref(), g.watchdog.as_ref()),
+            None => (None, None),
+        }
+    }
+
     /// The clock this limiter reads.
     pub fn clock(&self) -> &Clock {
         &self.clock
@@ -627,14 +644,15 @@ impl RateLimiterBuilder {
 
     /// Builds the limiter, starting full (a whole burst is available).
     pub fn build(self) -> RateLimiter {
-        let guard = Guard::boxed(self.attached);
+        let counters = Counters::new();
+        let guard = Guard::boxed(self.attached, &counters);
         RateLimiter {
             hot: Hot::new(&self.clock, guard.as_deref()),
             cell: Padded(DirectCell::default()),
             params: SharedParams::new(self.quota.params()),
             quota: Mutex::new(self.quota),
             clock: self.clock,
-            counters: Counters::new(),
+            counters,
             guard,
         }
     }

@@ -10,7 +10,7 @@ use parking_lot::Mutex;
 use crate::engine::cell::{Attempt, Ceiling, Padded};
 use crate::engine::clock::{Clock, FastClock};
 use crate::engine::gcra;
-use crate::engine::stats::{Counters, Stats, RETRIES};
+use crate::engine::stats::{Counters, Stats};
 use crate::engine::verdict::{Denied, DenyReason, PassReason, PassThrough, Shadow, Verdict};
 use crate::safety::fault::FaultDetector;
 use crate::safety::watchdog::Watchdog;
@@ -53,8 +53,12 @@ pub(crate) struct Attached {
 }
 
 impl Guard {
-    /// `None` if nothing is attached.
-    pub(crate) fn boxed(a: Attached) -> Option<Box<Self>> {
+    /// `None` if nothing is attached. An attached detector is handed the limiter's `own`
+    /// counters, to sum with those of the other limiters it watches.
+    pub(crate) fn boxed(a: Attached, own: &Counters) -> Option<Box<Self>> {
+        if let Some(d) = &a.detector {
+            d.shared().attach(own.share());
+        }
         let any = a.detector.is_some()
             || a.watchdog.is_some()
             || a.priorities.is_some()
@@ -189,8 +193,8 @@ impl Guard {
         }
     }
 
-    /// Counts the verdict (and whether it was a retry) — in the detector if one is attached,
-    /// else in the limiter's `own` counters — credits or debits the retry budget if it was
+    /// Counts the verdict (and whether it was a retry) in the limiter's `own` counters (with
+    /// the detector's tick if one is attached, which reads them), credits or debits the retry budget if it was
     /// permitted, and runs any due sampling or evaluation. `now` is read only with a budget
     /// attached.
     #[inline]
@@ -210,6 +214,8 @@ impl Guard {
                 b.record(now(), retry);
             }
         }
+        // Counted once, in the limiter's own counters; an attached detector sums them with
+        // those of the other limiters it watches.
         match &self.detector {
             Some(d) => {
                 // A budget denial says nothing about the key's own conformance: kept out of
@@ -217,17 +223,12 @@ impl Guard {
                 let budget_denial = v
                     .denied()
                     .is_some_and(|d| d.reason() == DenyReason::RetryBudget);
-                d.shared().observe(v, fp.filter(|_| !budget_denial));
-                if retry {
-                    d.shared().counters.bump(RETRIES);
-                }
+                d.shared().observe(own, v, fp.filter(|_| !budget_denial));
             }
-            None => {
-                own.count(v);
-                if retry {
-                    own.bump(RETRIES);
-                }
-            }
+            None => own.count(v),
+        }
+        if retry {
+            own.retry(v.is_permitted());
         }
     }
 }
@@ -238,7 +239,7 @@ pub(crate) enum Hot {
     /// The fast clock, nothing attached.
     Bare(FastClock),
     /// The fast clock and a detector (a clone of the attached one), nothing else that acts on
-    /// a plain check: the bare step while the detector enforces, counted by the detector.
+    /// a plain check: the bare step while the detector enforces, counted with its tick.
     Detected(FastClock, FaultDetector),
     /// Another clock, or more attached: the limiter's general dispatch.
     Other,
@@ -257,8 +258,8 @@ impl Hot {
     }
 }
 
-/// A limiter's counts: its detector's if one is attached (it counts instead of the limiter,
-/// see [`Guard::observe`]), else the limiter's own.
+/// A limiter's counts as `stats()` reports them: its detector's if one is attached (the sum
+/// over every limiter it watches, since its last revision), else the limiter's own.
 pub(crate) fn stats(guard: Option<&Guard>, own: &Counters) -> Stats {
     match guard.and_then(|g| g.detector.as_ref()) {
         Some(d) => d.stats(),

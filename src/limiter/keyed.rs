@@ -46,7 +46,7 @@ use crate::engine::error::InsufficientCapacity;
 use crate::engine::fingerprint::Fingerprinter;
 use crate::engine::params::{Gate, SharedParams};
 use crate::engine::quota::Quota;
-use crate::engine::stats::{Counters, Stats, RETRIES};
+use crate::engine::stats::{Counters, Stats};
 use crate::engine::verdict::Verdict;
 use crate::limiter::guard::{self, Guard, Hot};
 use crate::shaping::priority::{self, Priorities, Reserve};
@@ -126,7 +126,8 @@ pub struct KeyedRateLimiter<K> {
     slow: Mutex<Slow>,
     /// The generation of the spilled keys' TATs (changed under `slow`).
     spill_gate: Gate,
-    /// Every verdict, unless a detector (which counts them itself) is attached.
+    /// Every verdict, always; an attached detector sums these with the counters of the other
+    /// limiters it watches.
     counters: Counters,
     guard: Option<Box<Guard>>,
     _key: PhantomData<fn(&K)>,
@@ -292,6 +293,22 @@ impl<K> KeyedRateLimiter<K> {
         Some(guard::stats(self.guard.as_deref(), &self.counters))
     }
 
+    /// This limiter's own counts since it was built (never reset, whatever is attached): what
+    /// metrics export.
+    #[cfg(feature = "metrics")]
+    pub(crate) fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// The fault detector and clock watchdog attached, if any.
+    #[cfg(feature = "metrics")]
+    pub(crate) fn safety(&self) -> (Option<&crate::FaultDetector>, Option<&crate::Watchdog>) {
+        match self.guard.as_deref() {
+            Some(g) => (g.detector.as_ref(), g.watchdog.as_ref()),
+            None => (None, None),
+        }
+    }
+
     /// The clock this limiter reads.
     pub fn clock(&self) -> &Clock {
         &self.clock
@@ -391,7 +408,7 @@ impl<K: Hash> KeyedRateLimiter<K> {
                 if d.pass_reason().is_some() {
                     return general();
                 }
-                let count = |i| d.observe_key(i, fp);
+                let count = |i| d.observe_key(&self.counters, i, fp);
                 self.step_steady(fp, clock.now_nanos(), count, general)
             }
             Hot::Other => self.check_fp(fp),
@@ -454,7 +471,7 @@ impl<K: Hash> KeyedRateLimiter<K> {
             None => {
                 let v = self.check_key_n(key, check.units())?;
                 if check.attempt_number() > 0 && check.units() > 0 {
-                    self.counters.bump(RETRIES);
+                    self.counters.retry(v.is_permitted());
                 }
                 Ok(v)
             }

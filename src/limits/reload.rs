@@ -25,11 +25,14 @@ use crate::limiter::keyed::KeyedRateLimiter;
 use crate::limits::document::{ConfigErrors, Diff, Limits};
 
 mod builder;
+mod events;
 mod multi;
 mod policies;
 
 pub use builder::LimitsHandleBuilder;
 pub use multi::{MultiDecision, PolicyVerdict};
+#[cfg(feature = "metrics")]
+pub(crate) use policies::Entry;
 pub(crate) use policies::{Policies, Settings};
 
 /// How long a new revision serves without a deny anomaly before it becomes known-good, by
@@ -169,6 +172,8 @@ pub struct LimitsHandle {
     probation_until: AtomicU64,
     /// The revision on probation, if any.
     probation: Mutex<Option<u64>>,
+    /// Reloads accepted and refused, for metrics.
+    reloads: [AtomicU64; 2],
 }
 
 impl LimitsHandle {
@@ -287,10 +292,17 @@ impl LimitsHandle {
     pub fn reload(&self, new: Limits) -> Result<Diff, ConfigErrors> {
         let _one_at_a_time = self.reloading.lock();
         let old = Arc::clone(&*self.current.read());
-        let diff = Limits::check_transition(&old.limits, &new, self.guard)?;
+        let diff = match Limits::check_transition(&old.limits, &new, self.guard) {
+            Ok(diff) => diff,
+            Err(errors) => {
+                self.reloads[1].fetch_add(1, Ordering::Relaxed);
+                events::reload_refused(old.limits.revision(), new.revision(), &errors);
+                return Err(errors);
+            }
+        };
         let revision = new.revision();
         let moved_on = revision != old.limits.revision();
-        let (next, requota) = old.successor(Arc::new(new), &self.settings);
+        let (mut next, requota) = old.successor(Arc::new(new), &self.settings);
         {
             // Under the write guard, so a check sees one revision: the quota change walks the
             // policy's key table once (rescaling each key's cell to its fill level under the
@@ -299,6 +311,7 @@ impl LimitsHandle {
             for (limiter, quota) in requota {
                 limiter.set_quota(quota);
             }
+            next.settle();
             *current = Arc::new(next);
         }
         if let Some(d) = self.settings.detector.as_ref().filter(|_| moved_on) {
@@ -307,6 +320,8 @@ impl LimitsHandle {
                 self.start_probation(revision);
             }
         }
+        self.reloads[0].fetch_add(1, Ordering::Relaxed);
+        events::reloaded(old.limits.revision(), &diff);
         Ok(diff)
     }
 
@@ -348,6 +363,28 @@ impl LimitsHandle {
         self.probation_until.store(u64::MAX, Ordering::Relaxed);
     }
 
+    /// Reloads accepted and refused since the handle was built.
+    #[cfg(feature = "metrics")]
+    pub(crate) fn reload_counts(&self) -> (u64, u64) {
+        (
+            self.reloads[0].load(Ordering::Relaxed),
+            self.reloads[1].load(Ordering::Relaxed),
+        )
+    }
+
+    /// The names of the policies in force with their shadow flags and limiters, in the
+    /// document's order.
+    #[cfg(feature = "metrics")]
+    pub(crate) fn policy_limiters(&self) -> Vec<Entry> {
+        self.current.read().entries()
+    }
+
+    /// The detector attached, if any.
+    #[cfg(feature = "metrics")]
+    pub(crate) fn detector(&self) -> Option<&crate::safety::fault::FaultDetector> {
+        self.settings.detector.as_ref()
+    }
+
     /// Runs any due known-good check now: for idle handles, where no check arrives to run it.
     pub fn tick(&self) {
         self.maybe_known_good();
@@ -367,6 +404,7 @@ impl LimitsHandle {
             known_good_after: saturating_nanos(known_good_after),
             probation_until: AtomicU64::new(u64::MAX),
             probation: Mutex::new(None),
+            reloads: [AtomicU64::new(0), AtomicU64::new(0)],
         };
         if let Some(d) = &handle.settings.detector {
             let revision = handle.revision();

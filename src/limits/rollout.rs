@@ -373,6 +373,12 @@ impl Rollout {
     pub fn stages(&self) -> &[Stage] {
         &self.stages
     }
+
+    /// Every policy's name, shadow flag and limiter, the old document's then the new one's.
+    #[cfg(feature = "metrics")]
+    pub(crate) fn policy_limiters(&self) -> [Vec<crate::limits::reload::Entry>; 2] {
+        [self.old.entries(), self.new.entries()]
+    }
 }
 
 impl fmt::Debug for Rollout {

@@ -18,9 +18,12 @@
 //!   far below it: a healthy limiter under a flood still admits its rate; a lagging clock or a
 //!   60× tightening does not.
 
+mod attached;
 mod baseline;
 mod builder;
 mod eval;
+#[cfg(feature = "tracing")]
+mod events;
 mod panel;
 
 use core::fmt;
@@ -36,8 +39,9 @@ pub use builder::FaultDetectorBuilder;
 
 use crate::engine::clock::{saturating_nanos, Clock};
 use crate::engine::fingerprint::Fingerprinter;
-use crate::engine::stats::{Counters, Stats};
+use crate::engine::stats::{Counters, Stats, ALLOWED, COUNTERS};
 use crate::engine::verdict::{DenyReason, PassReason, Verdict};
+pub(crate) use attached::AttachedCounters;
 use eval::Eval;
 use panel::Panel;
 
@@ -152,7 +156,10 @@ pub(crate) struct Shared {
     /// 0: enforce; otherwise the [`PassReason`] code + 1. Read on every check (Relaxed: a
     /// verdict one check late in either direction is harmless); written by the evaluator.
     mode: AtomicU64,
+    /// The counts fed through [`FaultDetector::record`] (standalone use).
     pub(crate) counters: Counters,
+    /// The counters of the limiters built with this detector, and what dropped ones counted.
+    pub(crate) attached: Mutex<AttachedCounters>,
     panel: Panel,
     keyed: AtomicBool,
     fingerprinter: Fingerprinter,
@@ -203,13 +210,13 @@ impl FaultDetector {
 
     /// Counts in force for the current config revision.
     pub fn stats(&self) -> Stats {
-        let now = Stats::from_counts(&self.shared.counters.sum());
+        let now = Stats::from_counts(&self.shared.sum());
         now.since(&self.shared.eval.lock().revision_start)
     }
 
     /// Counts per config revision seen, oldest first, the current one last.
     pub fn stats_by_revision(&self) -> Vec<(u64, Stats)> {
-        let now = Stats::from_counts(&self.shared.counters.sum());
+        let now = Stats::from_counts(&self.shared.sum());
         let eval = self.shared.eval.lock();
         let mut v = eval.past_revisions.clone();
         v.push((eval.revision, now.since(&eval.revision_start)));
@@ -224,7 +231,7 @@ impl FaultDetector {
     /// Tells the detector which config revision is in force. Counts restart for it, and the
     /// baseline keeps learning only while the revision it is pinned to is in force.
     pub fn set_revision(&self, revision: u64) {
-        let now = Stats::from_counts(&self.shared.counters.sum());
+        let now = Stats::from_counts(&self.shared.sum());
         self.shared.eval.lock().set_revision(revision, now);
     }
 
@@ -268,14 +275,15 @@ impl FaultDetector {
 
     /// Feeds a verdict from a direct limiter not built with this detector (standalone use).
     pub fn record(&self, verdict: &Verdict) {
-        self.shared.observe(verdict, None);
+        self.shared.observe(&self.shared.counters, verdict, None);
     }
 
     /// Feeds a verdict for `key` from a keyed limiter not built with this detector.
     pub fn record_key<Q: Hash + ?Sized>(&self, key: &Q, verdict: &Verdict) {
         self.shared.keyed.store(true, Ordering::Relaxed);
         let fp = self.shared.fingerprinter.fingerprint(key);
-        self.shared.observe(verdict, Some(fp));
+        self.shared
+            .observe(&self.shared.counters, verdict, Some(fp));
     }
 
     fn with_eval(&self, f: impl FnOnce(&mut Eval, u64, &Shared)) {
@@ -350,31 +358,45 @@ impl Shared {
         self.mode.store(code, Ordering::Relaxed);
     }
 
+    /// Hands the detector a limiter's counters, to sum with the others it watches.
+    pub(crate) fn attach(&self, counters: Counters) {
+        self.attached.lock().attach(counters);
+    }
+
+    /// Every check counted: fed through [`FaultDetector::record`] or by an attached limiter.
+    pub(crate) fn sum(&self) -> [u64; COUNTERS] {
+        let mut total = self.counters.sum();
+        self.attached.lock().sum_into(&mut total);
+        total
+    }
+
     /// [`observe`](Self::observe) for a direct limiter's steady-state verdict, known by its
     /// counter (`ALLOWED` or `DENIED_QUOTA`): no verdict to classify, no breadth panel.
     #[inline(always)]
-    pub(crate) fn observe_index(&self, index: usize) {
-        if self.counters.record_index(index, EVAL_EVERY) {
+    pub(crate) fn observe_index(&self, counters: &Counters, index: usize) {
+        if counters.record_index(index, EVAL_EVERY) {
             self.maybe_evaluate();
         }
     }
 
-    /// [`observe`](Self::observe) of a key's verdict known by its counter `index`: an allow
-    /// or a quota denial (neither a shadow denial nor a full table's).
+    /// [`observe`](Self::observe) of a key's verdict known by its counter `index` (an allow
+    /// or a quota denial: neither a pass-through nor a full table's denial), counted in the
+    /// limiter's `counters`.
     #[inline(always)]
-    pub(crate) fn observe_key(&self, index: usize, fp: u64) {
-        let due = self.counters.record_index(index, EVAL_EVERY);
-        self.panel.record(fp, false);
+    pub(crate) fn observe_key(&self, counters: &Counters, index: usize, fp: u64) {
+        let due = counters.record_index(index, EVAL_EVERY);
+        // A quota denial is a denial for the breadth panel, as `is_shadow_denied` says.
+        self.panel.record(fp, index != ALLOWED);
         if due {
             self.maybe_evaluate();
         }
     }
 
-    /// Counts a verdict (and, for a key, its panel sample) and now and then runs a due
-    /// evaluation.
+    /// Counts a verdict in `counters` (the limiter's own, or the detector's for a standalone
+    /// record), records a key's panel sample, and now and then runs a due evaluation.
     #[inline]
-    pub(crate) fn observe(&self, v: &Verdict, fp: Option<u64>) {
-        let due = self.counters.record(v, EVAL_EVERY);
+    pub(crate) fn observe(&self, counters: &Counters, v: &Verdict, fp: Option<u64>) {
+        let due = counters.record(v, EVAL_EVERY);
         if let Some(fp) = fp {
             match v {
                 Verdict::Deny(d) if d.reason() == DenyReason::KeyTableFull => {}
@@ -419,6 +441,8 @@ impl Shared {
     /// is counted and never reaches the check that ran the evaluation.
     fn deliver(&self, events: &[FaultEvent]) {
         for event in events {
+            #[cfg(feature = "tracing")]
+            events::trace(event);
             for cb in &self.callbacks {
                 let call = std::panic::AssertUnwindSafe(|| cb(event));
                 if std::panic::catch_unwind(call).is_err() {

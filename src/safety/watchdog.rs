@@ -160,6 +160,15 @@ impl Watchdog {
             sh.fault_until
                 .store(reference.saturating_add(sh.window), Ordering::Release);
             sh.switched.store(true, Ordering::Release);
+            #[cfg(feature = "tracing")]
+            tracing::error!(
+                target: "tollgate::watchdog",
+                fault = ?f,
+                fast_elapsed_ns = fast.wrapping_sub(last_fast),
+                reference_elapsed_ns = span,
+                pass_through_secs = Duration::from_nanos(sh.window).as_secs_f64(),
+                "clock fault: passing traffic through, then enforcing on the reference clock"
+            );
         }
         fault
     }

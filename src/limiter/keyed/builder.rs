@@ -128,7 +128,8 @@ impl<K> KeyedRateLimiterBuilder<K> {
                 }
             }
         };
-        let guard = Guard::boxed(self.attached);
+        let counters = Counters::new();
+        let guard = Guard::boxed(self.attached, &counters);
         KeyedRateLimiter {
             hot: Hot::new(&self.clock, guard.as_deref()),
             table,
@@ -147,7 +148,7 @@ impl<K> KeyedRateLimiterBuilder<K> {
             refunded_min: AtomicU64::new(u64::MAX),
             guard,
             spill_gate: Gate::default(),
-            counters: Counters::new(),
+            counters,
             slow: Mutex::new(Slow {
                 pass_min: u64::MAX,
                 ..Slow::default()

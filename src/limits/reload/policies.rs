@@ -8,6 +8,8 @@ use crate::engine::check::Check;
 use crate::engine::clock::Clock;
 use crate::engine::error::InsufficientCapacity;
 use crate::engine::quota::Quota;
+#[cfg(feature = "metrics")]
+use crate::engine::stats::COUNTERS;
 use crate::engine::verdict::{Allowed, PassReason, PassThrough, Shadow, Verdict};
 use crate::limiter::keyed::KeyedRateLimiter;
 use crate::limits::document::{Limits, Policy};
@@ -51,6 +53,11 @@ pub(crate) struct PolicyLimiter {
     pub(super) name: Arc<str>,
     pub(super) shadow: bool,
     pub(crate) limiter: Arc<KeyedRateLimiter<String>>,
+    /// The limiter's counts when this shadow flag took effect (zero for a fresh limiter):
+    /// metrics attribute the counts since then to this flag. `None` until the swap that
+    /// flips the flag on a kept limiter takes them ([`Policies::settle`]).
+    #[cfg(feature = "metrics")]
+    counted_from: Option<[u64; COUNTERS]>,
 }
 
 /// A document and its limiters, in the order of its policies (the document's index finds
@@ -60,6 +67,16 @@ pub(crate) struct Policies {
     pub(crate) limits: Arc<Limits>,
     limiters: Vec<PolicyLimiter>,
 }
+
+/// A policy's name, shadow flag, limiter, and the limiter's counts when the flag took
+/// effect, as metrics read them.
+#[cfg(feature = "metrics")]
+pub(crate) type Entry = (
+    Arc<str>,
+    bool,
+    Arc<KeyedRateLimiter<String>>,
+    [u64; COUNTERS],
+);
 
 /// A quota change to apply to a reused limiter once no check can see the old document.
 pub(crate) type Requota = (Arc<KeyedRateLimiter<String>>, Quota);
@@ -105,6 +122,8 @@ impl Policies {
                         name: Arc::clone(&old.name),
                         shadow: policy.shadow(),
                         limiter: Arc::clone(&old.limiter),
+                        #[cfg(feature = "metrics")]
+                        counted_from: old.counted_from.filter(|_| old.shadow == policy.shadow()),
                     }
                 }
                 None => fresh(policy, settings),
@@ -130,6 +149,31 @@ impl Policies {
         let i = self.limits.resolve_position(tier, category, route)?;
         let entry = self.limiters.get(i)?;
         Some((&entry.name, &entry.limiter))
+    }
+
+    /// Every policy's name, shadow flag, limiter and counts when the flag took effect, in
+    /// the document's order.
+    #[cfg(feature = "metrics")]
+    pub(crate) fn entries(&self) -> Vec<Entry> {
+        self.limiters
+            .iter()
+            .map(|p| {
+                let from = p.counted_from.unwrap_or([0; COUNTERS]);
+                (Arc::clone(&p.name), p.shadow, Arc::clone(&p.limiter), from)
+            })
+            .collect()
+    }
+
+    /// Takes the counts of kept limiters whose shadow flag this document flips: called
+    /// under the write guard of the swap, when no check can run, so every count before it
+    /// was served under the old flag and every count after under the new one.
+    pub(crate) fn settle(&mut self) {
+        #[cfg(feature = "metrics")]
+        for p in &mut self.limiters {
+            if p.counted_from.is_none() {
+                p.counted_from = Some(p.limiter.counters().sum());
+            }
+        }
     }
 
     /// The limiter of the policy at position `i` of the document.
@@ -188,6 +232,8 @@ fn fresh(policy: &Policy, settings: &Settings) -> PolicyLimiter {
         name: Arc::from(policy.name()),
         shadow: policy.shadow(),
         limiter: settings.limiter(policy),
+        #[cfg(feature = "metrics")]
+        counted_from: Some([0; COUNTERS]),
     }
 }
 

@@ -102,8 +102,57 @@ impl Rollout {
         if c.events.len() == KEEP_EVENTS {
             c.events.pop_front();
         }
+        #[cfg(feature = "tracing")]
+        self.trace_state(&state);
         c.events.push_back(state.clone());
         c.state = state;
+    }
+
+    /// The `tracing` event for a state the rollout enters (target `tollgate::rollout`): a
+    /// stage or the completion at INFO, a halt at WARN, with the revisions and figures.
+    #[cfg(feature = "tracing")]
+    fn trace_state(&self, state: &RolloutState) {
+        let (from, to) = (self.old.limits.revision(), self.new.limits.revision());
+        match state {
+            RolloutState::Staged {
+                stage,
+                basis_points,
+                ..
+            } => tracing::info!(
+                target: "tollgate::rollout",
+                from_revision = from,
+                to_revision = to,
+                stage,
+                basis_points,
+                "rollout stage entered"
+            ),
+            RolloutState::Complete { .. } => tracing::info!(
+                target: "tollgate::rollout",
+                from_revision = from,
+                to_revision = to,
+                "rollout complete: every key on the new document"
+            ),
+            RolloutState::Halted {
+                reason,
+                cohort_breadth,
+                control_breadth,
+                stage,
+                basis_points,
+                reverted,
+                ..
+            } => tracing::warn!(
+                target: "tollgate::rollout",
+                from_revision = from,
+                to_revision = to,
+                stage,
+                basis_points,
+                cohort_breadth,
+                control_breadth,
+                reverted,
+                reason = reason.as_str(),
+                "rollout halted"
+            ),
+        }
     }
 
     fn stage_end(&self, c: &Control) -> Option<u64> {

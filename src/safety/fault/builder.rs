@@ -201,6 +201,7 @@ impl FaultDetectorBuilder {
             shared: Arc::new(Shared {
                 mode: AtomicU64::new(0),
                 counters: Counters::new(),
+                attached: Mutex::default(),
                 panel: Panel::new(self.panel_size, seed),
                 keyed: AtomicBool::new(false),
                 fingerprinter,

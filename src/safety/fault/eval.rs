@@ -128,7 +128,7 @@ impl Eval {
     }
 
     fn read(&mut self, now: u64, sh: &Shared) -> Reading {
-        let counts = sh.counters.sum();
+        let counts = sh.sum();
         let mut delta = [0; COUNTERS];
         for i in 0..COUNTERS {
             delta[i] = counts[i].wrapping_sub(self.last_counts[i]);

@@ -140,6 +140,20 @@ impl SuccessRate {
         if raised.is_empty() {
             return;
         }
+        #[cfg(feature = "tracing")]
+        for alert in &raised {
+            tracing::warn!(
+                target: "tollgate::success_rate",
+                tier = alert.tier(),
+                current = alert.current(),
+                reference = alert.reference(),
+                drop_pp = alert.drop_pp(),
+                current_requests = alert.current_requests(),
+                reference_requests = alert.reference_requests(),
+                window_secs = alert.window().as_secs_f64(),
+                "customer success rate dropped"
+            );
+        }
         {
             let mut queue = self.queue.lock();
             for alert in &raised {

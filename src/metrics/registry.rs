@@ -1,0 +1,384 @@
+//! [`MetricsRegistry`]: named sources, read on [`publish`](MetricsRegistry::publish).
+
+use core::fmt;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Weak};
+
+use parking_lot::Mutex;
+
+use super::export::*;
+use super::names;
+#[cfg(feature = "config")]
+use super::names::{RELOADS, REVISION};
+#[cfg(feature = "config")]
+use super::track::policies;
+use super::track::{track, Track};
+use crate::engine::stats::{Counters, COUNTERS};
+use crate::limiter::direct::RateLimiter;
+use crate::limiter::keyed::KeyedRateLimiter;
+#[cfg(feature = "config")]
+use crate::limits::{reload::LimitsHandle, rollout::Rollout};
+use crate::safety::fault::FaultDetector;
+use crate::safety::slo::SuccessRate;
+use crate::safety::watchdog::Watchdog;
+
+/// Why a source could not be registered.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum MetricsError {
+    /// The name is empty, longer than 64 bytes, or has a character other than ASCII letters,
+    /// digits and `_ - . : /`.
+    #[error("invalid metrics name {name:?}: use 1 to 64 ASCII letters, digits or _ - . : /")]
+    InvalidName {
+        /// The name, cut to 64 characters.
+        name: String,
+    },
+    /// A source of this registry already has the name.
+    #[error("metrics name {name:?} is already registered")]
+    Duplicate {
+        /// The name.
+        name: String,
+    },
+}
+
+/// A registry of named limiters, limits handles, rollouts and success rates, exported through
+/// the [`metrics`] facade when [`publish`](Self::publish) is called — by a `/metrics` handler
+/// right before it renders, so a scrape right after traffic sees every verdict.
+///
+/// `publish` reads the counters every limiter keeps anyway (no call per check, no periodic
+/// flush) and sets counters to their absolute values and gauges to their current ones. Every
+/// series of a source exists from its first publish, at zero if nothing happened yet. The
+/// registry holds weak references: dropping a limiter removes it from the registry, and its
+/// series keep the last values published (the facade cannot remove a series; exporters such
+/// as `metrics-exporter-prometheus` can be told to forget idle ones). The name given at
+/// registration is the `limiter` label; labels never carry a key. Clones share the registry.
+///
+/// ```
+/// use std::sync::Arc;
+/// use metrics_util::debugging::DebuggingRecorder;
+/// use tollgate::{KeyedRateLimiter, MetricsRegistry};
+///
+/// let registry = MetricsRegistry::new();
+/// let lim = Arc::new(KeyedRateLimiter::<String>::new("1/s".parse()?));
+/// registry.register_keyed("api", &lim)?;
+/// let _ = lim.check_key("alice");
+/// let _ = lim.check_key("alice");
+///
+/// let recorder = DebuggingRecorder::new();
+/// let snapshot = recorder.snapshotter();
+/// metrics::with_local_recorder(&recorder, || registry.publish());
+/// let checks = snapshot.snapshot().into_vec().into_iter()
+///     .filter(|(k, ..)| k.key().name() == "tollgate_checks_total").count();
+/// assert_eq!(checks, 11); // allow, 5 deny reasons, 5 pass-through reasons
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Default)]
+pub struct MetricsRegistry {
+    inner: Arc<Mutex<Vec<Entry>>>,
+}
+
+struct Entry {
+    name: Arc<str>,
+    source: Source,
+    /// Per policy (and document, for a rollout): the counts carried across limiter changes.
+    tracks: BTreeMap<(Arc<str>, usize), Track>,
+}
+
+enum Source {
+    Direct(Weak<RateLimiter>),
+    Keyed(Weak<dyn KeyedView>),
+    #[cfg(feature = "config")]
+    Limits(Weak<LimitsHandle>),
+    #[cfg(feature = "config")]
+    Rollout(Weak<Rollout>),
+    SuccessRate(Weak<SuccessRate>),
+}
+
+/// What metrics read of a keyed limiter, whatever its key type.
+trait KeyedView: Send + Sync {
+    fn counters(&self) -> &Counters;
+    fn len(&self) -> usize;
+    fn max_keys(&self) -> usize;
+    fn table_bytes(&self) -> usize;
+    fn safety(&self) -> (Option<&FaultDetector>, Option<&Watchdog>);
+}
+
+impl<K: 'static> KeyedView for KeyedRateLimiter<K> {
+    fn counters(&self) -> &Counters {
+        KeyedRateLimiter::counters(self)
+    }
+    fn len(&self) -> usize {
+        KeyedRateLimiter::len(self)
+    }
+    fn max_keys(&self) -> usize {
+        KeyedRateLimiter::max_keys(self)
+    }
+    fn table_bytes(&self) -> usize {
+        KeyedRateLimiter::table_bytes(self)
+    }
+    fn safety(&self) -> (Option<&FaultDetector>, Option<&Watchdog>) {
+        KeyedRateLimiter::safety(self)
+    }
+}
+
+impl MetricsRegistry {
+    /// An empty registry.
+    ///
+    /// ```
+    /// let registry = tollgate::MetricsRegistry::new();
+    /// assert!(registry.is_empty());
+    /// ```
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Registers a direct limiter as `name`: its checks (`policy=""`), and its detector's
+    /// and watchdog's state if it has them.
+    ///
+    /// # Errors
+    ///
+    /// [`MetricsError`] if the name is invalid or taken.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// let registry = tollgate::MetricsRegistry::new();
+    /// let lim = Arc::new(tollgate::RateLimiter::new("10/s".parse()?));
+    /// registry.register_limiter("login", &lim)?;
+    /// assert!(registry.register_limiter("login", &lim).is_err()); // taken
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn register_limiter(
+        &self,
+        name: &str,
+        limiter: &Arc<RateLimiter>,
+    ) -> Result<(), MetricsError> {
+        self.add(name, Source::Direct(Arc::downgrade(limiter)))
+    }
+
+    /// Registers a keyed limiter as `name`: its checks (`policy=""`), live keys and table
+    /// bytes, and its detector's and watchdog's state if it has them.
+    ///
+    /// # Errors
+    ///
+    /// [`MetricsError`] if the name is invalid or taken.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// let registry = tollgate::MetricsRegistry::new();
+    /// let lim = Arc::new(tollgate::KeyedRateLimiter::<u64>::new("10/s".parse()?));
+    /// registry.register_keyed("per-customer", &lim)?;
+    /// assert!(registry.register_keyed("per customer", &lim).is_err()); // a space
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn register_keyed<K: 'static>(
+        &self,
+        name: &str,
+        limiter: &Arc<KeyedRateLimiter<K>>,
+    ) -> Result<(), MetricsError> {
+        let weak: Weak<dyn KeyedView> = Arc::downgrade(limiter) as Weak<dyn KeyedView>;
+        self.add(name, Source::Keyed(weak))
+    }
+
+    /// Registers a limits handle as `name`: each policy's checks (`policy` = its name, as
+    /// served: a shadow policy's checks are pass-throughs with reason `shadow`), live keys and
+    /// table bytes; reloads; the revision; the detector's state if it has one.
+    ///
+    /// # Errors
+    ///
+    /// [`MetricsError`] if the name is invalid or taken.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tollgate::{Limits, LimitsHandle, MetricsRegistry};
+    /// let handle = Arc::new(LimitsHandle::new(Limits::from_path("examples/limits/valid.toml")?));
+    /// MetricsRegistry::new().register_limits("gateway", &handle)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[cfg(feature = "config")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "config")))]
+    pub fn register_limits(
+        &self,
+        name: &str,
+        handle: &Arc<LimitsHandle>,
+    ) -> Result<(), MetricsError> {
+        self.add(name, Source::Limits(Arc::downgrade(handle)))
+    }
+
+    /// Registers a staged rollout as `name`: each policy's checks (both documents' limiters
+    /// summed per policy name), the stage, the share of keys on the new document, the state
+    /// and the last window's deny breadth of cohort and control keys.
+    ///
+    /// # Errors
+    ///
+    /// [`MetricsError`] if the name is invalid or taken.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tollgate::{Limits, ManualClock, MetricsRegistry, Rollout};
+    /// let doc = Limits::from_path("examples/limits/valid.toml")?;
+    /// let rollout = Arc::new(Rollout::new(doc.clone(), doc, ManualClock::new())?);
+    /// MetricsRegistry::new().register_rollout("gateway-rollout", &rollout)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[cfg(feature = "config")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "config")))]
+    pub fn register_rollout(&self, name: &str, rollout: &Arc<Rollout>) -> Result<(), MetricsError> {
+        self.add(name, Source::Rollout(Arc::downgrade(rollout)))
+    }
+
+    /// Registers a success rate as `name`: per declared tier (and `other`), the success rate
+    /// over the last complete window and the responses counted by outcome.
+    ///
+    /// # Errors
+    ///
+    /// [`MetricsError`] if the name is invalid or taken.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// let slo = Arc::new(tollgate::SuccessRate::builder().tiers(["free", "paid"]).build()?);
+    /// tollgate::MetricsRegistry::new().register_success_rate("customers", &slo)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn register_success_rate(
+        &self,
+        name: &str,
+        success_rate: &Arc<SuccessRate>,
+    ) -> Result<(), MetricsError> {
+        self.add(name, Source::SuccessRate(Arc::downgrade(success_rate)))
+    }
+
+    /// How many sources are registered (and still alive at the last publish).
+    ///
+    /// ```
+    /// assert_eq!(tollgate::MetricsRegistry::new().len(), 0);
+    /// ```
+    pub fn len(&self) -> usize {
+        self.inner.lock().len()
+    }
+
+    /// `true` if nothing is registered.
+    ///
+    /// ```
+    /// assert!(tollgate::MetricsRegistry::new().is_empty());
+    /// ```
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Reads every registered source and sets its series through the [`metrics`] facade (the
+    /// recorder installed, or the local one of [`metrics::with_local_recorder`]): counters to
+    /// their absolute values, gauges to their current ones. Call it right before rendering a
+    /// scrape. Sources that were dropped are removed. It first runs what is due on each
+    /// source, as its next check would (`tick()` of detectors, success rates and rollouts:
+    /// an expired pass-through ends, a closed window is evaluated, and any callbacks run on
+    /// the caller's thread), so an idle source's gauges are current. Takes the registry's lock, and briefly
+    /// each source's (a limits handle's read guard, a rollout's, a detector's): never on a
+    /// check's path, but not free either — call it per scrape, not per request.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use metrics_exporter_prometheus::PrometheusBuilder;
+    /// use tollgate::{MetricsRegistry, RateLimiter};
+    ///
+    /// let registry = MetricsRegistry::new();
+    /// let lim = Arc::new(RateLimiter::new("1/s".parse()?));
+    /// registry.register_limiter("login", &lim)?;
+    /// let _ = lim.check();
+    /// let _ = lim.check();
+    ///
+    /// let recorder = PrometheusBuilder::new().build_recorder();
+    /// let handle = recorder.handle();
+    /// metrics::with_local_recorder(&recorder, || registry.publish());
+    /// let text = handle.render();
+    /// assert!(text.contains(r#"tollgate_checks_total{limiter="login",policy="",outcome="deny",reason="quota"} 1"#));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn publish(&self) {
+        describe();
+        let mut entries = self.inner.lock();
+        entries.retain_mut(|e| e.publish());
+    }
+
+    fn add(&self, name: &str, source: Source) -> Result<(), MetricsError> {
+        if !names::is_valid_name(name) {
+            return Err(MetricsError::InvalidName {
+                name: name.chars().take(64).collect(),
+            });
+        }
+        let mut entries = self.inner.lock();
+        if entries.iter().any(|e| &*e.name == name) {
+            return Err(MetricsError::Duplicate {
+                name: name.to_owned(),
+            });
+        }
+        entries.push(Entry {
+            name: Arc::from(name),
+            source,
+            tracks: BTreeMap::new(),
+        });
+        Ok(())
+    }
+}
+
+impl fmt::Debug for MetricsRegistry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let entries = self.inner.lock();
+        let names: Vec<&str> = entries.iter().map(|e| &*e.name).collect();
+        f.debug_struct("MetricsRegistry")
+            .field("sources", &names)
+            .finish()
+    }
+}
+
+impl Entry {
+    /// Publishes this source's series; `false` if the source is gone.
+    fn publish(&mut self) -> bool {
+        let name = &self.name;
+        match &self.source {
+            Source::Direct(w) => {
+                let Some(lim) = w.upgrade() else { return false };
+                let now = Some((lim.counters(), false, [0; COUNTERS]));
+                checks(name, "", &track(&mut self.tracks, "", 0, now));
+                let (d, w) = lim.safety();
+                safety(name, d, w);
+            }
+            Source::Keyed(w) => {
+                let Some(lim) = w.upgrade() else { return false };
+                let now = Some((lim.counters(), false, [0; COUNTERS]));
+                checks(name, "", &track(&mut self.tracks, "", 0, now));
+                keys(name, "", lim.len(), lim.max_keys(), lim.table_bytes());
+                let (d, w) = lim.safety();
+                safety(name, d, w);
+            }
+            #[cfg(feature = "config")]
+            Source::Limits(w) => {
+                let Some(handle) = w.upgrade() else {
+                    return false;
+                };
+                policies(
+                    name,
+                    &mut self.tracks,
+                    [handle.policy_limiters(), Vec::new()],
+                );
+                let (accepted, refused) = handle.reload_counts();
+                counter(RELOADS, labels(name, [("result", "accepted")]), accepted);
+                counter(RELOADS, labels(name, [("result", "refused")]), refused);
+                gauge(REVISION, labels(name, []), handle.revision() as f64);
+                safety(name, handle.detector(), None);
+            }
+            #[cfg(feature = "config")]
+            Source::Rollout(w) => {
+                let Some(rollout) = w.upgrade() else {
+                    return false;
+                };
+                rollout_state(name, &rollout);
+                policies(name, &mut self.tracks, rollout.policy_limiters());
+            }
+            Source::SuccessRate(w) => {
+                let Some(slo) = w.upgrade() else { return false };
+                success_rate(name, &slo);
+            }
+        }
+        true
+    }
+}
