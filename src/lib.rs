@@ -170,13 +170,16 @@
 struct ReadmeDoctests;
 
 // The layers, bottom to top: each uses only the layers declared before it. Still to come,
-// each in a folder of its own: `http` (tower middleware), `redis` (limits shared across
-// instances) and `metrics` (observability); the CLI lives in `bin/`.
+// each in a folder of its own: `http` (tower middleware) and `metrics` (observability); the
+// CLI lives in `bin/`.
 mod engine;
 mod limiter;
 #[cfg(feature = "config")]
 #[cfg_attr(docsrs, doc(cfg(feature = "config")))]
 mod limits;
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+mod redis;
 mod safety;
 mod shaping;
 
@@ -204,6 +207,18 @@ pub use limits::reload::{Decision, LimitsHandle, LimitsHandleBuilder, DEFAULT_KN
 pub use limits::rollout::{
     Rollout, RolloutBuilder, RolloutState, Stage, WindowFigures, DEFAULT_STAGES,
 };
+#[cfg(feature = "redis")]
+pub use crate::redis::breaker::BreakerConfig;
+#[cfg(feature = "redis")]
+pub use crate::redis::builder::{FailurePolicy, SharedRateLimiterBuilder, DEFAULT_DEADLINE};
+#[cfg(feature = "redis")]
+pub use crate::redis::error::BackendError;
+#[cfg(feature = "redis")]
+pub use crate::redis::limit::{MAX_NOW_MICROS, MAX_TAU_MICROS};
+#[cfg(feature = "redis")]
+pub use crate::redis::limiter::SharedRateLimiter;
+#[cfg(feature = "redis")]
+pub use crate::redis::stats::SharedStats;
 pub use safety::fault::{
     AlertKind, Baseline, DetectorState, EventCallback, FaultDetector, FaultDetectorBuilder,
     FaultEvent, Figures, HourSample, Mode, BASELINE_HOURS, BASELINE_MIN_HOURS,
