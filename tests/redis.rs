@@ -172,11 +172,15 @@ fn run_oracle(r: &Redis, specs: &[Spec], ops: &[Op], start_us: u64) -> Result<()
             Op::Check(k, x) => {
                 let n = cost(x, spec.burst);
                 let got = obs(rt().block_on(lim.check_key_with(&[k][..], Check::cost(n))));
-                let m = models.entry(k).or_insert_with(|| Model::new(spec.clone()));
-                if u128::from(n) <= spec.burst {
+                if u128::from(n) > spec.burst {
+                    // Decided before any call: the key is not touched.
+                    let capacity = u64::try_from(spec.burst).unwrap();
+                    (got, Obs::Insufficient { cost: n, capacity })
+                } else {
+                    let m = models.entry(k).or_insert_with(|| Model::new(spec.clone()));
                     touch(m, spec, now);
+                    (got, in_nanos(m.check(now, n)))
                 }
-                (got, in_nanos(m.check(now, n)))
             }
             Op::Peek(k) => {
                 let got = obs(rt().block_on(lim.peek_key(&[k][..])));

@@ -55,6 +55,7 @@ pub struct SharedRateLimiterBuilder {
     limits: Vec<(String, Quota)>,
     clock: Option<Clock>,
     deadline: Duration,
+    min_ttl: Option<Duration>,
     breaker: BreakerConfig,
     failure: FailurePolicy,
     share: f64,
@@ -86,6 +87,7 @@ impl SharedRateLimiterBuilder {
             limits: vec![("default".to_owned(), quota)],
             clock: None,
             deadline: DEFAULT_DEADLINE,
+            min_ttl: None,
             breaker: BreakerConfig::default(),
             failure: FailurePolicy::default(),
             share: 1.0,
@@ -122,6 +124,16 @@ impl SharedRateLimiterBuilder {
     /// clock decides, which needs no agreement between instances.
     pub fn clock(mut self, clock: impl Into<Clock>) -> Self {
         self.clock = Some(clock.into());
+        self
+    }
+
+    /// The least TTL a key is written with (default: none on the server's clock, 60 s with a
+    /// client clock). A key expires when its cell is full again, `tat − now` after the write
+    /// — in the *server's* time. A client clock need not run at the server's pace (a
+    /// [`ManualClock`](crate::ManualClock) does not run at all), so with one a key is kept at
+    /// least this long, lest it expire while the client's time says it is still in use.
+    pub fn min_ttl(mut self, ttl: Duration) -> Self {
+        self.min_ttl = Some(ttl);
         self
     }
 
@@ -211,6 +223,14 @@ impl SharedRateLimiterBuilder {
         let con = ConnectionManager::new_lazy_with_config(client, config)
             .map_err(BackendError::Client)?;
         let local_clock = self.clock.clone().unwrap_or_default();
+        let default_ttl = match self.clock {
+            Some(_) => Duration::from_secs(60),
+            None => Duration::ZERO,
+        };
+        // At most 2^40 ms (35 years), within the script's range.
+        let min_ttl_ms = u64::try_from(self.min_ttl.unwrap_or(default_ttl).as_millis())
+            .unwrap_or(u64::MAX)
+            .min(1 << 40);
         let policies = self
             .limits
             .iter()
@@ -236,6 +256,7 @@ impl SharedRateLimiterBuilder {
                 clock: self.clock,
                 local_clock,
                 deadline: self.deadline,
+                min_ttl_ms,
                 retry_closed: self.breaker.first_cool_down(),
                 breaker: Breaker::new(self.breaker),
                 failure: self.failure,

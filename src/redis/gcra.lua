@@ -5,7 +5,9 @@
 -- KEYS[i]     the cell of limit i (all in one hash slot: the caller uses one hash tag).
 -- ARGV[1]     now in µs (the client's clock), or "" to read the server's TIME.
 -- ARGV[2]     "1" to charge the check (write the new TATs on allow), "0" to evaluate only.
--- ARGV[2i+1]  w_i, ARGV[2i+2] tau_i: integers, 0 <= w_i <= tau_i <= 2^50.
+-- ARGV[3]     the least PX TTL in ms (0 on server time; with a client clock, whose pace need
+--             not be the server's, a floor that keeps keys until the client's time catches up).
+-- ARGV[2i+2]  w_i, ARGV[2i+3] tau_i: integers, 0 <= w_i <= tau_i <= 2^50.
 --
 -- A cell's value is "tat:tau", the TAT and the tolerance it was written under. When the
 -- tolerance changed, the cell first keeps its fill level: tat' = now + ceil(a * tau / tau_old)
@@ -74,10 +76,14 @@ local function load(key)
   return tat, tau_old, false
 end
 
+local min_ttl = tonumber(ARGV[3]) or 0
+
 local function store(key, tat, tau, now)
-  local ttl = math.ceil((tat - now) / 1000)
+  local ttl = math.max(math.ceil((tat - now) / 1000), min_ttl)
   redis.call('SET', key, string.format('%.0f:%.0f', tat, tau), 'PX', ttl)
 end
+
+if redis.replicate_commands then redis.replicate_commands() end -- Redis < 5: TIME, then writes
 
 local now
 if ARGV[1] == '' then
@@ -89,11 +95,11 @@ end
 if not int_in(now, 0, MAX_NOW) then return {2, 0} end
 local charge = ARGV[2] == '1'
 local n = #KEYS
-if #ARGV ~= 2 + 2 * n then return {3, now} end
+if #ARGV ~= 3 + 2 * n or not int_in(min_ttl, 0, MAX_TAU) then return {3, now} end
 
 local cells, conforms, corrupt = {}, true, 0
 for i = 1, n do
-  local w, tau = tonumber(ARGV[1 + 2 * i]), tonumber(ARGV[2 + 2 * i])
+  local w, tau = tonumber(ARGV[2 + 2 * i]), tonumber(ARGV[3 + 2 * i])
   if not int_in(tau, 1, MAX_TAU) or not int_in(w, 0, tau) then return {3, now} end
   local stored, tau_old, bad = load(KEYS[i])
   if bad then corrupt = corrupt + 1 end

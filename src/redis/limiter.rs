@@ -106,6 +106,8 @@ pub(crate) struct Inner {
     /// The clock of the deny cache and of the local fallback.
     pub(crate) local_clock: Clock,
     pub(crate) deadline: Duration,
+    /// The least PX TTL (ms): 0 on server time, a floor with a client clock.
+    pub(crate) min_ttl_ms: u64,
     pub(crate) retry_closed: Duration,
     pub(crate) breaker: Breaker,
     pub(crate) failure: FailurePolicy,
@@ -392,6 +394,7 @@ impl SharedRateLimiter {
             keys: &keys,
             now,
             charge,
+            min_ttl_ms: inner.min_ttl_ms,
             limits: &args,
         };
         let mut con = inner.con.clone();

@@ -14,6 +14,8 @@ pub(crate) struct Call<'a> {
     pub(crate) keys: &'a [Vec<u8>],
     pub(crate) now: Option<u64>,
     pub(crate) charge: bool,
+    /// The least PX TTL, in ms.
+    pub(crate) min_ttl_ms: u64,
     pub(crate) limits: &'a [(u64, u64)],
 }
 
@@ -67,6 +69,7 @@ impl GcraScript {
             None => cmd.arg(""),
         };
         cmd.arg(if call.charge { "1" } else { "0" });
+        cmd.arg(call.min_ttl_ms);
         for &(w, tau) in call.limits {
             cmd.arg(w).arg(tau);
         }
