@@ -201,11 +201,13 @@ impl Breaker {
         self.count(&mut s, now, false);
     }
 
-    /// The call (or probe) failed or timed out.
-    pub(crate) fn failure(&self, now: u64) {
+    /// The call failed or timed out; `permit` is what [`permit`](Self::permit) said for it.
+    /// Only a failed probe prolongs an open breaker (doubling the cool-down, up to the cap):
+    /// calls that were already out when it opened fail late, and say nothing new.
+    pub(crate) fn failure(&self, now: u64, permit: Permit) {
         let mut s = self.inner.lock();
-        match s.state {
-            State::Closed => {
+        match (s.state, permit) {
+            (State::Closed, _) => {
                 s.consecutive = s.consecutive.saturating_add(1);
                 self.count(&mut s, now, true);
                 let ratio_trips = s.calls >= self.config.min_calls
@@ -214,12 +216,11 @@ impl Breaker {
                     self.open(&mut s, now, self.config.open_min);
                 }
             }
-            // A failed probe (or a late failure of a call made while closed): open again,
-            // for twice as long, up to the cap.
-            State::HalfOpen { next, .. } | State::Open { next, .. } => {
+            (State::HalfOpen { next, .. }, Permit::Probe) => {
                 let next = next.saturating_mul(2).min(self.config.open_max);
                 self.open(&mut s, now, next);
             }
+            _ => {}
         }
     }
 
@@ -287,10 +288,10 @@ mod tests {
     fn opens_after_consecutive_failures_then_probes_once() {
         let b = Breaker::new(config());
         for _ in 0..2 {
-            b.failure(0);
+            b.failure(0, Permit::Call);
         }
         assert_eq!(b.permit(0), Permit::Call);
-        b.failure(0);
+        b.failure(0, Permit::Call);
         assert_eq!(b.permit(0), Permit::Reject);
         assert_eq!(b.permit(49 * MS), Permit::Reject, "at least half the cool-down");
         // After at most 1.5 × 100 ms: one probe, then nothing until it reports.
@@ -305,7 +306,7 @@ mod tests {
     fn failed_probes_double_the_cool_down_up_to_the_cap() {
         let b = Breaker::new(config());
         for _ in 0..3 {
-            b.failure(0);
+            b.failure(0, Permit::Call);
         }
         let mut now = 0;
         let mut waits = Vec::new();
@@ -315,7 +316,7 @@ mod tests {
                 now += MS;
             }
             waits.push(now - start);
-            b.failure(now);
+            b.failure(now, Permit::Probe);
         }
         // Cool-downs of 100, 200, 400, 400, 400 ms, each jittered to [0.5, 1.5).
         for (w, base) in waits.iter().zip([100, 200, 400, 400, 400]) {
@@ -329,7 +330,7 @@ mod tests {
         let b = Breaker::new(config());
         for i in 0..10 {
             if i % 2 == 0 {
-                b.failure(i);
+                b.failure(i, Permit::Call);
             } else {
                 b.success(i);
             }
@@ -338,10 +339,19 @@ mod tests {
     }
 
     #[test]
+    fn late_failures_of_calls_made_while_closed_do_not_prolong_it() {
+        let b = Breaker::new(config());
+        for _ in 0..20 {
+            b.failure(0, Permit::Call);
+        }
+        assert_eq!(b.permit(150 * MS), Permit::Probe, "still the first cool-down");
+    }
+
+    #[test]
     fn a_lost_probe_does_not_keep_it_open_forever() {
         let b = Breaker::new(config());
         for _ in 0..3 {
-            b.failure(0);
+            b.failure(0, Permit::Call);
         }
         assert_eq!(b.permit(200 * MS), Permit::Probe);
         // The probe's caller was cancelled: it never reports. Another probe goes later.

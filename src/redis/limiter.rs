@@ -385,7 +385,8 @@ impl SharedRateLimiter {
             None => None,
         };
         let real = Clock::os();
-        if inner.breaker.permit(real.now_nanos()) == Permit::Reject {
+        let permit = inner.breaker.permit(real.now_nanos());
+        if permit == Permit::Reject {
             bump(&inner.counters.breaker_rejected, 1);
             return Ok(self.fallback(key, n, charge));
         }
@@ -411,17 +412,17 @@ impl SharedRateLimiter {
         let reply = match outcome {
             Ok(Ok(Ok(reply))) => reply,
             Ok(Ok(Err(protocol))) => {
-                inner.breaker.failure(real.now_nanos());
+                inner.breaker.failure(real.now_nanos(), permit);
                 bump(&inner.counters.errors, 1);
                 return Err(BackendError::Protocol(protocol));
             }
             Ok(Err(_)) => {
-                inner.breaker.failure(real.now_nanos());
+                inner.breaker.failure(real.now_nanos(), permit);
                 bump(&inner.counters.errors, 1);
                 return Ok(self.fallback(key, n, charge));
             }
             Err(_) => {
-                inner.breaker.failure(real.now_nanos());
+                inner.breaker.failure(real.now_nanos(), permit);
                 bump(&inner.counters.timeouts, 1);
                 return Ok(self.fallback(key, n, charge));
             }
