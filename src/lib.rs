@@ -183,6 +183,18 @@ mod redis;
 mod safety;
 mod shaping;
 
+#[cfg(feature = "redis")]
+pub use crate::redis::breaker::BreakerConfig;
+#[cfg(feature = "redis")]
+pub use crate::redis::builder::{FailurePolicy, SharedRateLimiterBuilder, DEFAULT_DEADLINE};
+#[cfg(feature = "redis")]
+pub use crate::redis::error::BackendError;
+#[cfg(feature = "redis")]
+pub use crate::redis::limit::{MAX_NOW_MICROS, MAX_TAU_MICROS};
+#[cfg(feature = "redis")]
+pub use crate::redis::limiter::SharedRateLimiter;
+#[cfg(feature = "redis")]
+pub use crate::redis::stats::SharedStats;
 pub use engine::check::Check;
 pub use engine::clock::{Clock, ManualClock};
 #[cfg(feature = "config")]
@@ -207,18 +219,6 @@ pub use limits::reload::{Decision, LimitsHandle, LimitsHandleBuilder, DEFAULT_KN
 pub use limits::rollout::{
     Rollout, RolloutBuilder, RolloutState, Stage, WindowFigures, DEFAULT_STAGES,
 };
-#[cfg(feature = "redis")]
-pub use crate::redis::breaker::BreakerConfig;
-#[cfg(feature = "redis")]
-pub use crate::redis::builder::{FailurePolicy, SharedRateLimiterBuilder, DEFAULT_DEADLINE};
-#[cfg(feature = "redis")]
-pub use crate::redis::error::BackendError;
-#[cfg(feature = "redis")]
-pub use crate::redis::limit::{MAX_NOW_MICROS, MAX_TAU_MICROS};
-#[cfg(feature = "redis")]
-pub use crate::redis::limiter::SharedRateLimiter;
-#[cfg(feature = "redis")]
-pub use crate::redis::stats::SharedStats;
 pub use safety::fault::{
     AlertKind, Baseline, DetectorState, EventCallback, FaultDetector, FaultDetectorBuilder,
     FaultEvent, Figures, HourSample, Mode, BASELINE_HOURS, BASELINE_MIN_HOURS,

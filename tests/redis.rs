@@ -17,8 +17,7 @@ use proptest::prelude::*;
 use redis::Commands;
 use redis_server::{connection, prefix, shared, Redis};
 use tollgate::{
-    BackendError, Check, DenyReason, ManualClock, Quota, SharedRateLimiter, Verdict,
-    MAX_TAU_MICROS,
+    BackendError, Check, DenyReason, ManualClock, Quota, SharedRateLimiter, Verdict, MAX_TAU_MICROS,
 };
 
 fn rt() -> &'static tokio::runtime::Runtime {
@@ -189,13 +188,23 @@ fn run_oracle(r: &Redis, specs: &[Spec], ops: &[Op], start_us: u64) -> Result<()
                 (got, in_nanos(m.peek(now)))
             }
         };
-        prop_assert_eq!(got, want, "op #{} {:?} at {} µs under {}", i, op, now, specs[cur].text);
+        prop_assert_eq!(
+            got,
+            want,
+            "op #{} {:?} at {} µs under {}",
+            i,
+            op,
+            now,
+            specs[cur].text
+        );
     }
     Ok(())
 }
 
 fn oracle_cases() -> u32 {
-    if std::env::var_os("TOLLGATE_REDIS_SKIP").is_some() && std::env::var_os("TOLLGATE_REDIS_URL").is_none() {
+    if std::env::var_os("TOLLGATE_REDIS_SKIP").is_some()
+        && std::env::var_os("TOLLGATE_REDIS_URL").is_none()
+    {
         1
     } else {
         200
@@ -269,11 +278,23 @@ fn a_quota_change_keeps_each_keys_fill_level() {
     assert_eq!(allowed_now(&lim, "full", 100), 100);
     assert_eq!(allowed_now(&lim, "part", 40), 40);
     lim.set_quota(q("1/s;burst=3"));
-    let d = rt().block_on(lim.check_key("full")).unwrap().denied().unwrap();
-    assert_eq!(d.retry_after(), Duration::from_secs(1), "all used stays all used");
+    let d = rt()
+        .block_on(lim.check_key("full"))
+        .unwrap()
+        .denied()
+        .unwrap();
+    assert_eq!(
+        d.retry_after(),
+        Duration::from_secs(1),
+        "all used stays all used"
+    );
     lim.set_quota(q("1/s;burst=100"));
     assert_eq!(allowed_now(&lim, "full", 200), 0, "a toggle grants nothing");
-    assert_eq!(allowed_now(&lim, "part", 200), 60, "40 % used stays 40 % used");
+    assert_eq!(
+        allowed_now(&lim, "part", 200),
+        60,
+        "40 % used stays 40 % used"
+    );
     assert_eq!(allowed_now(&lim, "empty", 200), 100, "empty stays empty");
     // The value carries the τ it was written under: µs, 100 s.
     let mut con = connection(&r.url);
@@ -288,7 +309,9 @@ fn a_quota_change_keeps_each_keys_fill_level() {
 /// one τ, read under another, compared with u128 arithmetic at and near the maxima.
 #[test]
 fn the_rescale_is_exact_at_the_documented_maxima() {
-    let Some(r) = redis("rescale_maxima") else { return };
+    let Some(r) = redis("rescale_maxima") else {
+        return;
+    };
     let max = MAX_TAU_MICROS;
     let now_us: u64 = (1 << 52) - (1 << 40);
     let clock = ManualClock::at(Duration::from_micros(now_us));
@@ -341,7 +364,9 @@ fn the_rescale_is_exact_at_the_documented_maxima() {
 /// limiters would admit twice that. Exact on a shared manual clock.
 #[test]
 fn two_instances_share_one_limit_exactly() {
-    let Some(r) = redis("two_instances") else { return };
+    let Some(r) = redis("two_instances") else {
+        return;
+    };
     let clock = ManualClock::at(Duration::from_secs(10));
     let pre = prefix("two");
     let build = || {
@@ -373,7 +398,9 @@ fn two_instances_share_one_limit_exactly() {
 /// The same on the server's clock, with both instances hammering concurrently for ~1 s.
 #[test]
 fn two_instances_share_one_limit_on_server_time() {
-    let Some(r) = redis("two_instances_time") else { return };
+    let Some(r) = redis("two_instances_time") else {
+        return;
+    };
     let pre = prefix("two-time");
     let build = || {
         let _guard = rt().enter();
@@ -401,7 +428,10 @@ fn two_instances_share_one_limit_on_server_time() {
     });
     let elapsed = start.elapsed().as_secs_f64();
     let bound = 10.0 + 20.0 * elapsed;
-    assert!((total as f64) <= bound + 1.0, "{total} allowed in {elapsed:.3} s, bound {bound:.1}");
+    assert!(
+        (total as f64) <= bound + 1.0,
+        "{total} allowed in {elapsed:.3} s, bound {bound:.1}"
+    );
     assert!(total >= 25, "{total}: both made progress against one limit");
     let stats = a.stats();
     assert!(stats.allowed + stats.denied + stats.denied_cached > 0);
@@ -412,7 +442,9 @@ fn two_instances_share_one_limit_on_server_time() {
 
 #[test]
 fn several_limits_are_checked_in_one_call_all_or_nothing() {
-    let Some(r) = redis("several_limits") else { return };
+    let Some(r) = redis("several_limits") else {
+        return;
+    };
     let clock = ManualClock::at(Duration::from_secs(50));
     let _guard = rt().enter();
     let lim = SharedRateLimiter::builder(q("10/s"), &r.url)
@@ -426,9 +458,17 @@ fn several_limits_are_checked_in_one_call_all_or_nothing() {
     for _ in 0..3 {
         assert!(rt().block_on(lim.check_key("c")).unwrap().is_permitted());
     }
-    assert_eq!(lim.stats().round_trips - before, 3, "one round trip per check");
+    assert_eq!(
+        lim.stats().round_trips - before,
+        3,
+        "one round trip per check"
+    );
     let d = rt().block_on(lim.check_key("c")).unwrap().denied().unwrap();
-    assert_eq!(d.retry_after(), Duration::from_secs(20), "the per-minute limit speaks");
+    assert_eq!(
+        d.retry_after(),
+        Duration::from_secs(20),
+        "the per-minute limit speaks"
+    );
     // All or nothing: the denied check charged neither limit. The per-second cell holds
     // exactly the three allowed checks: 300 ms ahead.
     let mut con = connection(&r.url);
@@ -437,7 +477,11 @@ fn several_limits_are_checked_in_one_call_all_or_nothing() {
     assert_eq!(per_second, format!("{}:{}", 50_300_000u64, 1_000_000u64));
     // Allowed, the tighter limit reports: 2 of 3 per minute left after 20 s.
     clock.advance(Duration::from_secs(20));
-    let a = rt().block_on(lim.check_key("c")).unwrap().allowed().unwrap();
+    let a = rt()
+        .block_on(lim.check_key("c"))
+        .unwrap()
+        .allowed()
+        .unwrap();
     assert_eq!(a.remaining(), 0);
 }
 
@@ -447,7 +491,10 @@ fn several_limits_are_checked_in_one_call_all_or_nothing() {
 fn every_key_of_one_call_shares_a_hash_tag() {
     fn tag(key: &[u8]) -> &[u8] {
         let open = key.iter().position(|&b| b == b'{').expect("a tag");
-        let len = key[open + 1..].iter().position(|&b| b == b'}').expect("closed");
+        let len = key[open + 1..]
+            .iter()
+            .position(|&b| b == b'}')
+            .expect("closed");
         assert!(len > 0, "an empty tag hashes the whole key");
         &key[open + 1..open + 1 + len]
     }
@@ -485,11 +532,22 @@ fn a_denied_key_is_answered_locally_until_its_retry_time() {
     let trips = lim.stats().round_trips;
     clock.advance(Duration::from_millis(499));
     let d = rt().block_on(lim.check_key("k")).unwrap().denied().unwrap();
-    assert_eq!(d.retry_after(), Duration::from_millis(1), "exact, from the cache");
+    assert_eq!(
+        d.retry_after(),
+        Duration::from_millis(1),
+        "exact, from the cache"
+    );
     let s = lim.stats();
-    assert_eq!((s.round_trips, s.denied_cached), (trips, 1), "no round trip");
+    assert_eq!(
+        (s.round_trips, s.denied_cached),
+        (trips, 1),
+        "no round trip"
+    );
     clock.advance(Duration::from_millis(1));
-    assert!(rt().block_on(lim.check_key("k")).unwrap().is_permitted(), "never past retry_at");
+    assert!(
+        rt().block_on(lim.check_key("k")).unwrap().is_permitted(),
+        "never past retry_at"
+    );
     assert_eq!(lim.stats().round_trips, trips + 1);
 }
 
@@ -498,11 +556,19 @@ fn caller_mistakes_are_typed_errors_with_no_round_trip() {
     let Some(r) = redis("mistakes") else { return };
     let clock = ManualClock::new();
     let lim = limiter(&r, "mistakes", q("10/s"), &clock);
-    let err = rt().block_on(lim.check_key_with("k", Check::cost(11))).unwrap_err();
-    assert_eq!(err.to_string(), "cost 11 exceeds the capacity of 10 per check");
+    let err = rt()
+        .block_on(lim.check_key_with("k", Check::cost(11)))
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "cost 11 exceeds the capacity of 10 per check"
+    );
     let long = "x".repeat(SharedRateLimiter::MAX_KEY_BYTES + 1);
     let err = rt().block_on(lim.check_key(&long)).unwrap_err();
-    assert!(matches!(err, BackendError::KeyTooLong { len: 513, max: 512 }), "{err}");
+    assert!(
+        matches!(err, BackendError::KeyTooLong { len: 513, max: 512 }),
+        "{err}"
+    );
     assert_eq!(lim.stats().round_trips, 0);
     // A client clock past 2^52 µs: denied, never allowed, never sent.
     clock.set(Duration::from_micros((1 << 52) + 1));
@@ -516,7 +582,9 @@ fn caller_mistakes_are_typed_errors_with_no_round_trip() {
 
 #[test]
 fn on_server_time_a_burst_then_a_bounded_wait() {
-    let Some(r) = redis("server_time") else { return };
+    let Some(r) = redis("server_time") else {
+        return;
+    };
     let _guard = rt().enter();
     let lim = SharedRateLimiter::builder(q("10/s;burst=3"), &r.url)
         .prefix(&prefix("server-time"))
@@ -540,9 +608,15 @@ fn on_server_time_a_burst_then_a_bounded_wait() {
     let spent = t0.elapsed();
     // 3 at once, plus one per 100 ms that passed while checking.
     let most = 3 + (spent.as_millis() / 100) as u64 + 1;
-    assert!((3..=most).contains(&allowed), "{allowed} allowed in {spent:?}");
+    assert!(
+        (3..=most).contains(&allowed),
+        "{allowed} allowed in {spent:?}"
+    );
     let retry = retry.expect("denied within 10 checks");
-    assert!(retry > Duration::ZERO && retry <= Duration::from_millis(100), "{retry:?}");
+    assert!(
+        retry > Duration::ZERO && retry <= Duration::from_millis(100),
+        "{retry:?}"
+    );
 }
 
 #[test]

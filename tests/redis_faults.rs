@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use redis::Commands;
 use redis_server::{connection, own, own_with, prefix};
 use tollgate::{
-    BreakerConfig, DenyReason, FailurePolicy, ManualClock, PassReason, Quota,
-    SharedRateLimiter, Shadow, Verdict,
+    BreakerConfig, DenyReason, FailurePolicy, ManualClock, PassReason, Quota, Shadow,
+    SharedRateLimiter, Verdict,
 };
 
 fn q(s: &str) -> Quota {
@@ -33,7 +33,10 @@ fn builder(url: &str, quota: &str) -> tollgate::SharedRateLimiterBuilder {
 async fn warm_up(lim: &SharedRateLimiter) {
     let t0 = Instant::now();
     while !by_redis(&lim.peek_key("warm-up").await.unwrap()) {
-        assert!(t0.elapsed() < Duration::from_secs(5), "redis never answered");
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "redis never answered"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -56,7 +59,10 @@ fn by_redis(v: &Verdict) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn script_flush_mid_run_reloads_transparently() {
     let Some(r) = own("script_flush") else { return };
-    let lim = builder(&r.url, "1000/s").deadline(Duration::from_secs(2)).build().unwrap();
+    let lim = builder(&r.url, "1000/s")
+        .deadline(Duration::from_secs(2))
+        .build()
+        .unwrap();
     let mut con = connection(&r.url);
     for i in 0..200 {
         if i % 50 == 25 {
@@ -66,7 +72,10 @@ async fn script_flush_mid_run_reloads_transparently() {
         assert!(by_redis(&v), "check {i}: {v:?}");
     }
     let s = lim.stats();
-    assert_eq!(s.script_reloads, 5, "the first load, then one reload per flush");
+    assert_eq!(
+        s.script_reloads, 5,
+        "the first load, then one reload per flush"
+    );
     assert_eq!((s.fallbacks(), s.errors, s.timeouts), (0, 0, 0));
 }
 
@@ -76,7 +85,12 @@ async fn client_pause_past_the_deadline_answers_within_it_and_opens_the_breaker(
     let lim = builder(&r.url, "100/s").build().unwrap();
     warm_up(&lim).await;
     let mut con = connection(&r.url);
-    let _: () = redis::cmd("CLIENT").arg("PAUSE").arg(1_500).arg("ALL").query(&mut con).unwrap();
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(1_500)
+        .arg("ALL")
+        .query(&mut con)
+        .unwrap();
     let mut latencies = Vec::new();
     let t0 = Instant::now();
     let mut n = 0;
@@ -87,7 +101,10 @@ async fn client_pause_past_the_deadline_answers_within_it_and_opens_the_breaker(
         tokio::task::yield_now().await;
         match v {
             Verdict::PassThrough(p) => {
-                assert_eq!((p.reason(), p.shadow()), (PassReason::BackendUnavailable, Shadow::Allow));
+                assert_eq!(
+                    (p.reason(), p.shadow()),
+                    (PassReason::BackendUnavailable, Shadow::Allow)
+                );
             }
             Verdict::Deny(d) => assert_eq!(d.reason(), DenyReason::LocalShare),
             other => panic!("a paused server decided {other:?}"),
@@ -100,9 +117,15 @@ async fn client_pause_past_the_deadline_answers_within_it_and_opens_the_breaker(
     // The deadline plus a few ms; the slowest one also absorbs scheduling stalls of a loaded
     // 2-core machine shared with builds.
     assert!(p99 < DEADLINE + Duration::from_millis(5), "p99 {p99:?}");
-    assert!(slowest < DEADLINE + Duration::from_millis(250), "slowest {slowest:?}");
+    assert!(
+        slowest < DEADLINE + Duration::from_millis(250),
+        "slowest {slowest:?}"
+    );
     assert!(s.breaker_opened >= 1 && s.timeouts >= 5, "{s:?}");
-    assert!(s.breaker_rejected > s.timeouts, "the open breaker spares the server: {s:?}");
+    assert!(
+        s.breaker_rejected > s.timeouts,
+        "the open breaker spares the server: {s:?}"
+    );
     assert_eq!(s.fallbacks(), n);
     // After the pause, it recovers.
     tokio::time::sleep(Duration::from_millis(600)).await;
@@ -111,14 +134,19 @@ async fn client_pause_past_the_deadline_answers_within_it_and_opens_the_breaker(
         if by_redis(&lim.check_key("k").await.unwrap()) {
             break;
         }
-        assert!(t1.elapsed() < Duration::from_secs(5), "no recovery within 5 s");
+        assert!(
+            t1.elapsed() < Duration::from_secs(5),
+            "no recovery within 5 s"
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_and_restarted_it_falls_back_then_recovers_without_a_reconnect_storm() {
-    let Some(mut r) = own("kill_restart") else { return };
+    let Some(mut r) = own("kill_restart") else {
+        return;
+    };
     let lim = builder(&r.url, "1000/s").build().unwrap();
     warm_up(&lim).await;
     let server = r.own.as_mut().unwrap();
@@ -136,7 +164,9 @@ async fn killed_and_restarted_it_falls_back_then_recovers_without_a_reconnect_st
         }
         (fallback, latencies)
     };
-    let tasks: Vec<_> = (0..16).map(|_| tokio::spawn(run(lim.clone(), 500))).collect();
+    let tasks: Vec<_> = (0..16)
+        .map(|_| tokio::spawn(run(lim.clone(), 500)))
+        .collect();
     let mut all = Vec::new();
     for t in tasks {
         let (fallback, l) = t.await.unwrap();
@@ -145,15 +175,26 @@ async fn killed_and_restarted_it_falls_back_then_recovers_without_a_reconnect_st
     }
     let (p99, slowest) = p99_max(all);
     eprintln!("kill: down, p99 {p99:?}, slowest {slowest:?}");
-    assert!(p99 < DEADLINE + Duration::from_millis(5), "down: p99 {p99:?}");
-    assert!(slowest < DEADLINE + Duration::from_millis(250), "down: slowest {slowest:?}");
+    assert!(
+        p99 < DEADLINE + Duration::from_millis(5),
+        "down: p99 {p99:?}"
+    );
+    assert!(
+        slowest < DEADLINE + Duration::from_millis(250),
+        "down: slowest {slowest:?}"
+    );
     let down = lim.stats();
     server.restart();
     let restarted = Instant::now();
-    let tasks: Vec<_> = (0..16).map(|_| tokio::spawn(run(lim.clone(), 3_000))).collect();
+    let tasks: Vec<_> = (0..16)
+        .map(|_| tokio::spawn(run(lim.clone(), 3_000)))
+        .collect();
     let mut recovered = None;
     while restarted.elapsed() < Duration::from_secs(3) {
-        if recovered.is_none() && !lim.breaker_open() && by_redis(&lim.peek_key("probe").await.unwrap()) {
+        if recovered.is_none()
+            && !lim.breaker_open()
+            && by_redis(&lim.peek_key("probe").await.unwrap())
+        {
             recovered = Some(restarted.elapsed());
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -175,7 +216,10 @@ async fn killed_and_restarted_it_falls_back_then_recovers_without_a_reconnect_st
     );
     let recovered = recovered.expect("recovered within 3 s");
     assert!(recovered < Duration::from_secs(3));
-    assert!(connections <= 6, "reconnect storm: {connections} connections");
+    assert!(
+        connections <= 6,
+        "reconnect storm: {connections} connections"
+    );
     assert!(up.allowed > down.allowed, "Redis decides again");
 }
 
@@ -201,14 +245,20 @@ async fn a_corrupted_value_is_counted_and_overwritten_never_a_lockout() {
         let v = lim.check_key(customer).await.unwrap();
         assert!(v.is_permitted(), "{customer}: read as an empty cell: {v:?}");
         let fixed: String = con.get(&key).unwrap();
-        assert_eq!(fixed, "100100000:200000", "{customer}: overwritten by the allow");
+        assert_eq!(
+            fixed, "100100000:200000",
+            "{customer}: overwritten by the allow"
+        );
     }
     // Another type under the key: WRONGTYPE inside the script is caught.
     let key = lim.keys("hash")[0].clone();
     let _: () = con.hset(&key, "f", "v").unwrap();
     assert!(lim.check_key("hash").await.unwrap().is_permitted());
     assert!(lim.check_key("hash").await.unwrap().is_permitted());
-    assert!(!lim.check_key("hash").await.unwrap().is_permitted(), "enforced again");
+    assert!(
+        !lim.check_key("hash").await.unwrap().is_permitted(),
+        "enforced again"
+    );
     let s = lim.stats();
     assert_eq!(s.corrupt_values, 5);
     assert_eq!((s.errors, s.fallbacks()), (0, 0));
@@ -220,7 +270,14 @@ async fn a_corrupted_value_is_counted_and_overwritten_never_a_lockout() {
 async fn an_evicted_key_grants_at_most_a_burst_and_no_error() {
     let Some(r) = own_with(
         "eviction",
-        &["--maxmemory", "4mb", "--maxmemory-policy", "volatile-ttl", "--maxmemory-samples", "10"],
+        &[
+            "--maxmemory",
+            "4mb",
+            "--maxmemory-policy",
+            "volatile-ttl",
+            "--maxmemory-samples",
+            "10",
+        ],
     ) else {
         return;
     };
@@ -235,7 +292,10 @@ async fn an_evicted_key_grants_at_most_a_burst_and_no_error() {
     for _ in 0..5 {
         assert!(lim.check_key("victim").await.unwrap().is_permitted());
     }
-    assert!(!lim.check_key("victim").await.unwrap().is_permitted(), "used up");
+    assert!(
+        !lim.check_key("victim").await.unwrap().is_permitted(),
+        "used up"
+    );
     let key = lim.keys("victim")[0].clone();
     // Fill memory with longer-lived keys until the victim (shortest TTL) is evicted.
     let mut con = connection(&r.url);
@@ -263,11 +323,23 @@ async fn an_evicted_key_grants_at_most_a_burst_and_no_error() {
 /// Nothing listens: each policy's verdict says so and is counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_failure_policy_says_so() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let url = format!("redis://127.0.0.1:{port}/");
     let breaker = BreakerConfig::new().consecutive_failures(2);
-    let open = builder(&url, "2/s").failure_policy(FailurePolicy::Open).breaker(breaker).build().unwrap();
-    let closed = builder(&url, "2/s").failure_policy(FailurePolicy::Closed).breaker(breaker).build().unwrap();
+    let open = builder(&url, "2/s")
+        .failure_policy(FailurePolicy::Open)
+        .breaker(breaker)
+        .build()
+        .unwrap();
+    let closed = builder(&url, "2/s")
+        .failure_policy(FailurePolicy::Closed)
+        .breaker(breaker)
+        .build()
+        .unwrap();
     let clock = ManualClock::new();
     let local = builder(&url, "2/s;burst=4")
         .failure_policy(FailurePolicy::Local)
@@ -280,9 +352,17 @@ async fn each_failure_policy_says_so() {
         let v = open.check_key("k").await.unwrap();
         assert_eq!(
             v,
-            Verdict::PassThrough(tollgate::PassThrough::new(PassReason::BackendUnavailable, Shadow::Unknown))
+            Verdict::PassThrough(tollgate::PassThrough::new(
+                PassReason::BackendUnavailable,
+                Shadow::Unknown
+            ))
         );
-        let d = closed.check_key("k").await.unwrap().denied().expect("closed");
+        let d = closed
+            .check_key("k")
+            .await
+            .unwrap()
+            .denied()
+            .expect("closed");
         assert_eq!(d.reason(), DenyReason::BackendUnavailable);
         assert_eq!(d.retry_after(), Duration::from_millis(500));
     }
@@ -295,14 +375,24 @@ async fn each_failure_policy_says_so() {
         v
     };
     for v in &verdicts[..2] {
-        assert!(matches!(v, Verdict::PassThrough(p) if p.reason() == PassReason::BackendUnavailable && p.shadow() == Shadow::Allow), "{v:?}");
+        assert!(
+            matches!(v, Verdict::PassThrough(p) if p.reason() == PassReason::BackendUnavailable && p.shadow() == Shadow::Allow),
+            "{v:?}"
+        );
     }
     let d = verdicts[2].denied().expect("the local share is used up");
     assert_eq!(d.reason(), DenyReason::LocalShare);
-    assert_eq!(d.retry_after(), Duration::from_secs(1), "the local share refills at 1/s");
+    assert_eq!(
+        d.retry_after(),
+        Duration::from_secs(1),
+        "the local share refills at 1/s"
+    );
     let (o, c, l) = (open.stats(), closed.stats(), local.stats());
     assert_eq!((o.fallback_open, o.total()), (5, 5));
     assert_eq!((c.fallback_closed, c.total()), (5, 5));
     assert_eq!((l.fallback_local_allowed, l.fallback_local_denied), (2, 1));
-    assert!(o.breaker_opened == 1 && o.round_trips == 2, "two failures, then the breaker: {o:?}");
+    assert!(
+        o.breaker_opened == 1 && o.round_trips == 2,
+        "two failures, then the breaker: {o:?}"
+    );
 }

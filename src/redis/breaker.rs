@@ -37,7 +37,8 @@ pub struct BreakerConfig {
 
 impl Default for BreakerConfig {
     /// 5 consecutive failures, or half of at least 20 calls in a 10 s window; open for
-    /// 500 ms (±50 % jitter), doubling up to 10 s while probes fail.
+    /// 500 ms (±50 % jitter), doubling up to 2 s while probes fail (so a restarted server is
+    /// back in use within about 3 s, and each instance probes it at most once a second or so).
     fn default() -> Self {
         Self {
             consecutive: 5,
@@ -45,7 +46,7 @@ impl Default for BreakerConfig {
             min_calls: 20,
             window: 10_000_000_000,
             open_min: 500_000_000,
-            open_max: 10_000_000_000,
+            open_max: 2_000_000_000,
         }
     }
 }
@@ -176,7 +177,11 @@ impl Breaker {
         let mut s = self.inner.lock();
         match s.state {
             State::Closed => Permit::Call,
-            State::Open { until, next } | State::HalfOpen { reprobe: until, next } if now >= until => {
+            State::Open { until, next }
+            | State::HalfOpen {
+                reprobe: until,
+                next,
+            } if now >= until => {
                 let wait = jitter(&mut s.rng, next);
                 s.state = State::HalfOpen {
                     reprobe: now.saturating_add(wait),
@@ -293,7 +298,11 @@ mod tests {
         assert_eq!(b.permit(0), Permit::Call);
         b.failure(0, Permit::Call);
         assert_eq!(b.permit(0), Permit::Reject);
-        assert_eq!(b.permit(49 * MS), Permit::Reject, "at least half the cool-down");
+        assert_eq!(
+            b.permit(49 * MS),
+            Permit::Reject,
+            "at least half the cool-down"
+        );
         // After at most 1.5 × 100 ms: one probe, then nothing until it reports.
         assert_eq!(b.permit(150 * MS), Permit::Probe);
         assert_eq!(b.permit(151 * MS), Permit::Reject);
@@ -320,7 +329,10 @@ mod tests {
         }
         // Cool-downs of 100, 200, 400, 400, 400 ms, each jittered to [0.5, 1.5).
         for (w, base) in waits.iter().zip([100, 200, 400, 400, 400]) {
-            assert!(*w >= base * MS / 2 && *w <= base * MS * 3 / 2 + MS, "{waits:?}");
+            assert!(
+                *w >= base * MS / 2 && *w <= base * MS * 3 / 2 + MS,
+                "{waits:?}"
+            );
         }
         assert_eq!(b.opened(), 1, "one opening, however many failed probes");
     }
@@ -344,7 +356,11 @@ mod tests {
         for _ in 0..20 {
             b.failure(0, Permit::Call);
         }
-        assert_eq!(b.permit(150 * MS), Permit::Probe, "still the first cool-down");
+        assert_eq!(
+            b.permit(150 * MS),
+            Permit::Probe,
+            "still the first cool-down"
+        );
     }
 
     #[test]

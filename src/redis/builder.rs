@@ -207,7 +207,9 @@ impl SharedRateLimiterBuilder {
             return Err(BackendError::InvalidShare(self.share));
         }
         if self.deadline.is_zero() {
-            return Err(BackendError::InvalidSetting("the deadline must be above zero"));
+            return Err(BackendError::InvalidSetting(
+                "the deadline must be above zero",
+            ));
         }
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(BackendError::NoRuntime);
@@ -245,7 +247,11 @@ impl SharedRateLimiterBuilder {
                 }),
             })
             .collect();
-        let limits = self.limits.iter().map(|(_, q)| (*q, Limit::of(q))).collect();
+        let limits = self
+            .limits
+            .iter()
+            .map(|(_, q)| (*q, Limit::of(q)))
+            .collect();
         Ok(SharedRateLimiter {
             inner: Arc::new(Inner {
                 con,

@@ -109,7 +109,11 @@ mod tests {
         assert_eq!(c.lookup(b"k", &[10], 0), Some(10));
         assert_eq!(c.lookup(b"k", &[30], 5), Some(25));
         assert_eq!(c.lookup(b"k", &[10], 9), Some(1));
-        assert_eq!(c.lookup(b"k", &[10], 10), None, "expired at the unit's retry time");
+        assert_eq!(
+            c.lookup(b"k", &[10], 10),
+            None,
+            "expired at the unit's retry time"
+        );
         assert_eq!(c.len(), 0);
         assert_eq!(c.lookup(b"other", &[10], 0), None);
     }

@@ -106,7 +106,10 @@ mod tests {
     #[test]
     fn request_quotas_count_in_whole_microseconds() {
         let l = limit("100/s;burst=5");
-        assert_eq!((l.p.per, l.tau(), l.burst()), (Per::Request { t: 10_000 }, 50_000, 5));
+        assert_eq!(
+            (l.p.per, l.tau(), l.burst()),
+            (Per::Request { t: 10_000 }, 50_000, 5)
+        );
         // 3/s: T = 333 333.3… µs, rounded up.
         assert_eq!(limit("3/s").p.per, Per::Request { t: 333_334 });
         // Faster than one per µs: T = 1 µs (the rate falls to 10^6/s).

@@ -322,9 +322,7 @@ impl SharedRateLimiter {
     /// # }
     /// ```
     pub fn stats(&self) -> SharedStats {
-        self.inner
-            .counters
-            .snapshot(self.inner.breaker.opened())
+        self.inner.counters.snapshot(self.inner.breaker.opened())
     }
 
     /// `true` while the circuit breaker is open or half-open (checks answer by the failure
@@ -512,9 +510,8 @@ impl SharedRateLimiter {
                         // The cost exceeds this node's share of the burst: it cannot pass
                         // here; come back when Redis may be back.
                         Err(_) => {
-                            let r = super::super::engine::clock::saturating_nanos(
-                                inner.retry_closed,
-                            );
+                            let r =
+                                super::super::engine::clock::saturating_nanos(inner.retry_closed);
                             retry = retry.max(Some(r));
                         }
                         Ok(_) => {}

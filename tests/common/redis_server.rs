@@ -86,7 +86,9 @@ impl Server {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .map_err(|e| format!("redis-server could not be started ({e}); no TOLLGATE_REDIS_URL either"))?;
+            .map_err(|e| {
+                format!("redis-server could not be started ({e}); no TOLLGATE_REDIS_URL either")
+            })?;
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
@@ -95,7 +97,10 @@ impl Server {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-        Err(format!("redis-server on port {} did not answer within 10 s", self.port))
+        Err(format!(
+            "redis-server on port {} did not answer within 10 s",
+            self.port
+        ))
     }
 
     pub fn url(&self) -> String {
