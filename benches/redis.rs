@@ -24,7 +24,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         eprintln!("usage: redis URL TASKS CHECKS [cached]   (run by benches/redis.sh)");
         return Ok(());
     }
-    let (url, tasks, checks) = (&args[1], args[2].parse::<usize>()?, args[3].parse::<usize>()?);
+    let (url, tasks, checks) = (
+        &args[1],
+        args[2].parse::<usize>()?,
+        args[3].parse::<usize>()?,
+    );
     let cached = args.get(4).is_some_and(|a| a == "cached");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -341,13 +341,17 @@ mod tests {
     fn opens_on_the_error_ratio() {
         let b = Breaker::new(config());
         for i in 0..10 {
-            if i % 2 == 0 {
+            if i % 2 == 1 {
                 b.failure(i, Permit::Call);
             } else {
                 b.success(i);
             }
         }
-        assert_eq!(b.permit(10), Permit::Reject, "5 of 10 failed");
+        assert_eq!(
+            b.permit(10),
+            Permit::Reject,
+            "5 of 10 failed, never 2 in a row"
+        );
     }
 
     #[test]

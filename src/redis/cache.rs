@@ -21,11 +21,12 @@ struct Entry {
     expires: u64,
 }
 
-/// A bounded map from (limit, key) to a remembered denial.
+/// A bounded map from a key to its remembered denials, one slot per limit (looked up by
+/// `&[u8]`, with no allocation).
 #[derive(Debug)]
 pub(crate) struct DenyCache {
     capacity: usize,
-    map: Mutex<HashMap<(usize, Vec<u8>), Entry>>,
+    map: Mutex<HashMap<Vec<u8>, Vec<Option<Entry>>>>,
 }
 
 impl DenyCache {
@@ -46,21 +47,23 @@ impl DenyCache {
         if map.is_empty() {
             return None;
         }
+        let Some(slots) = map.get_mut(key) else {
+            return None;
+        };
         let mut retry = None;
-        for (i, &w) in ws.iter().enumerate() {
-            // The map is keyed by owned keys; a lookup by (usize, &[u8]) needs the owned form.
-            let k = (i, key.to_vec());
-            let Some(e) = map.get(&k).copied() else {
-                continue;
-            };
+        for (slot, &w) in slots.iter_mut().zip(ws) {
+            let Some(e) = *slot else { continue };
             if now >= e.expires {
-                map.remove(&k);
+                *slot = None;
                 continue;
             }
             let ahead = e.tat.max(now) - now + w;
             if ahead > e.tau {
                 retry = retry.max(Some(ahead - e.tau));
             }
+        }
+        if slots.iter().all(Option::is_none) {
+            map.remove(key);
         }
         retry
     }
@@ -76,13 +79,24 @@ impl DenyCache {
             return;
         }
         let mut map = self.map.lock();
-        if map.len() >= self.capacity {
-            map.retain(|_, e| e.expires > now);
+        if !map.contains_key(key) && map.len() >= self.capacity {
+            map.retain(|_, slots| {
+                slots.iter_mut().for_each(|s| {
+                    if s.is_some_and(|e| e.expires <= now) {
+                        *s = None;
+                    }
+                });
+                slots.iter().any(Option::is_some)
+            });
             if map.len() >= self.capacity {
                 return;
             }
         }
-        map.insert((i, key.to_vec()), Entry { tat, tau, expires });
+        let slots = map.entry(key.to_vec()).or_default();
+        if slots.len() <= i {
+            slots.resize(i + 1, None);
+        }
+        slots[i] = Some(Entry { tat, tau, expires });
     }
 
     /// Forgets everything (a quota changed).
