@@ -10,7 +10,7 @@
 
 use std::time::{Duration, Instant};
 
-use tollgate::SharedRateLimiter;
+use tollgate::{SharedRateLimiter, Verdict};
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
@@ -42,7 +42,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .deny_cache(if cached { 4096 } else { 0 })
             .build()?;
         // Connect and load the script before timing.
-        lim.peek_key("warm-up").await?;
+        if !matches!(lim.peek_key("warm-up").await?, Verdict::Allow(_)) {
+            return Err("redis did not decide the warm-up check".into());
+        }
         if cached {
             while lim.check_key("hot").await?.is_permitted() {}
         }

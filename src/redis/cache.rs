@@ -47,9 +47,7 @@ impl DenyCache {
         if map.is_empty() {
             return None;
         }
-        let Some(slots) = map.get_mut(key) else {
-            return None;
-        };
+        let slots = map.get_mut(key)?;
         let mut retry = None;
         for (slot, &w) in slots.iter_mut().zip(ws) {
             let Some(e) = *slot else { continue };
