@@ -214,8 +214,9 @@ async fn killed_and_restarted_it_falls_back_then_recovers_without_a_reconnect_st
         "kill/restart: recovered after {recovered:?}, {connections} connections to the new server \
          (ours included), down {down:?}, up {up:?}"
     );
-    let recovered = recovered.expect("recovered within 3 s");
-    assert!(recovered < Duration::from_secs(3));
+    // The breaker's longest cool-down is 1.5 s (1 s, jittered): one probe after the restart.
+    let recovered = recovered.expect("recovered within 4 s");
+    assert!(recovered < Duration::from_millis(2_500), "{recovered:?}");
     assert!(
         connections <= 6,
         "reconnect storm: {connections} connections"

@@ -37,8 +37,8 @@ pub struct BreakerConfig {
 
 impl Default for BreakerConfig {
     /// 5 consecutive failures, or half of at least 20 calls in a 10 s window; open for
-    /// 500 ms (±50 % jitter), doubling up to 2 s while probes fail (so a restarted server is
-    /// back in use within about 3 s, and each instance probes it at most once a second or so).
+    /// 500 ms (±50 % jitter), doubling up to 1 s while probes fail: a restarted server is back
+    /// in use within about 1.5 s, and each instance probes a dead one about once a second.
     fn default() -> Self {
         Self {
             consecutive: 5,
@@ -46,7 +46,7 @@ impl Default for BreakerConfig {
             min_calls: 20,
             window: 10_000_000_000,
             open_min: 500_000_000,
-            open_max: 2_000_000_000,
+            open_max: 1_000_000_000,
         }
     }
 }

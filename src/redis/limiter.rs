@@ -399,11 +399,18 @@ impl SharedRateLimiter {
         let mut con = inner.con.clone();
         let mut reloaded = false;
         bump(&inner.counters.round_trips, 1);
-        let outcome = tokio::time::timeout(
-            inner.deadline,
-            inner.script.run(&mut con, &call, &mut reloaded),
-        )
-        .await;
+        // A call that finds the connection lost starts a reconnect and fails at once; it tries
+        // once more on the new connection, within the same deadline, so the first probe after
+        // a restart succeeds rather than the one after it.
+        let attempt = async {
+            match inner.script.run(&mut con, &call, &mut reloaded).await {
+                Err(e) if e.is_io_error() || e.is_connection_dropped() => {
+                    inner.script.run(&mut con, &call, &mut reloaded).await
+                }
+                other => other,
+            }
+        };
+        let outcome = tokio::time::timeout(inner.deadline, attempt).await;
         if reloaded {
             bump(&inner.counters.script_reloads, 1);
         }
