@@ -6,6 +6,9 @@
 //!   typed [`Verdict`]: allow, deny with an exact retry-after, or pass-through with a reason.
 //! * A direct limiter ([`RateLimiter`]) and a keyed one ([`KeyedRateLimiter`]) bounded to
 //!   `max_keys` live keys, whatever an attacker sends.
+//! * With the feature `redis`, `SharedRateLimiter`: one limit shared by every instance of a
+//!   service, one Lua script call per check, behind a deadline, a circuit breaker and a
+//!   failure policy that says so in its verdicts.
 //!
 //! ```
 //! use std::time::Duration;
