@@ -6,6 +6,10 @@
 //!   typed [`Verdict`]: allow, deny with an exact retry-after, or pass-through with a reason.
 //! * A direct limiter ([`RateLimiter`]) and a keyed one ([`KeyedRateLimiter`]) bounded to
 //!   `max_keys` live keys, whatever an attacker sends.
+//! * A cost admitted earlier can be given back ([`RateLimiter::refund`],
+//!   [`KeyedRateLimiter::refund_key`]: never past a full cell), and callers that would rather
+//!   wait than be denied can ([`Wait`]: `until_ready`, `until_key_ready`, …, with jitter, a
+//!   `max_wait` and no reservation held, so a dropped wait leaves nothing behind).
 //! * With the feature `redis`, `SharedRateLimiter`: one limit shared by every instance of a
 //!   service, one Lua script call per check, behind a deadline, a circuit breaker and a
 //!   failure policy that says so in its verdicts.
@@ -210,6 +214,9 @@ pub use limiter::direct::{RateLimiter, RateLimiterBuilder};
 pub use limiter::keyed::{
     KeyedRateLimiter, KeyedRateLimiterBuilder, DEFAULT_MAX_KEYS, MAX_KEYS_LIMIT,
 };
+#[cfg(feature = "tokio")]
+pub use limiter::wait::TokioSleep;
+pub use limiter::wait::Wait;
 #[cfg(feature = "config")]
 pub use limits::document::{
     Acknowledgement, Change, ConfigErrors, Diff, Direction, Format, Limits, Matcher, Policy,
@@ -217,7 +224,10 @@ pub use limits::document::{
     MAX_DOCUMENT_BYTES,
 };
 #[cfg(feature = "config")]
-pub use limits::reload::{Decision, LimitsHandle, LimitsHandleBuilder, DEFAULT_KNOWN_GOOD_AFTER};
+pub use limits::reload::{
+    Decision, LimitsHandle, LimitsHandleBuilder, MultiDecision, PolicyVerdict,
+    DEFAULT_KNOWN_GOOD_AFTER,
+};
 #[cfg(feature = "config")]
 pub use limits::rollout::{
     Rollout, RolloutBuilder, RolloutState, Stage, WindowFigures, DEFAULT_STAGES,

@@ -205,11 +205,11 @@ fn unknown_fields_everywhere_with_did_you_mean() {
             policy("a", "tier = \"free\"", "1/s")
         ))),
         Kind::UnknownField,
-        "policies[a].colour: unknown field; the fields here are name, match, quota, burst, shadow, classes, retry_budget",
+        "policies[a].colour: unknown field; the fields here are name, match, quota, burst, shadow, also, classes, retry_budget",
     );
     assert_eq!(
         err.hint(),
-        Some("the fields here are name, match, quota, burst, shadow, classes, retry_budget")
+        Some("the fields here are name, match, quota, burst, shadow, also, classes, retry_budget")
     );
 }
 

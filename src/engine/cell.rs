@@ -82,9 +82,11 @@ pub(crate) enum Steady {
 
 /// [`gcra::step`] of weight `w` on the TAT `tat` at `now` with tolerance τ, for the common
 /// case only: exactly the general step's outcome whenever it is not [`Steady::Cold`], with
-/// one compare standing in for the overflow checks. `w, τ ≤` [`gcra::MAX_TAU`].
+/// one compare standing in for the overflow checks. `tol ≤ τ` is the check's class tolerance
+/// (τ without classes): the clamp uses τ, the step `tol`, as in [`step_within`].
+/// `w, τ ≤` [`gcra::MAX_TAU`].
 #[inline(always)]
-pub(crate) fn steady_step(tat: u64, now: u64, w: u64, tau: u64) -> Steady {
+pub(crate) fn steady_step(tat: u64, now: u64, w: u64, tau: u64, tol: u64) -> Steady {
     // `ahead` before this step: max(tat − now, 0). The clamp lowers `tat` iff it exceeds τ.
     let before = tat.max(now) - now;
     if now >= STEADY_NOW || before > tau {
@@ -92,9 +94,9 @@ pub(crate) fn steady_step(tat: u64, now: u64, w: u64, tau: u64) -> Steady {
     }
     // before ≤ τ ≤ 2^62 and w ≤ 2^62: no overflow; tat ≤ now + τ < 2^63, so tat + w < MAX_TAT.
     let ahead = before + w;
-    if ahead > tau {
+    if ahead > tol {
         Steady::Deny {
-            retry_after: ahead - tau,
+            retry_after: ahead - tol,
         }
     } else {
         Steady::Allow {
@@ -177,10 +179,7 @@ pub(crate) fn step_checked(
             // it when we wrote and was since moved away with our write in its TAT (and the
             // word reused): the step stands. Relaxed on failure: nothing is read then.
             Ok(_) => {
-                let undone = word
-                    .compare_exchange(next, cur, Ordering::AcqRel, Ordering::Relaxed)
-                    .is_ok();
-                return (!undone).then(|| verdict(outcome, &told, reason));
+                return (!undo(word, next, cur)).then(|| verdict(outcome, &told, reason));
             }
             Err(actual) => {
                 cur = actual;
@@ -188,6 +187,16 @@ pub(crate) fn step_checked(
             }
         }
     }
+}
+
+/// Undoes a write of `next` over `cur` that landed on another key's cell, if the word still
+/// holds it (see [`step_checked`]); `false` if the word moved on (the write stands).
+#[cold]
+#[inline(never)]
+pub(crate) fn undo(word: &AtomicU64, next: u64, cur: u64) -> bool {
+    // Relaxed on failure: nothing is read then.
+    word.compare_exchange(next, cur, Ordering::AcqRel, Ordering::Relaxed)
+        .is_ok()
 }
 
 /// [`step_within`] on a word that never holds the tombstone (a direct limiter, the overflow
@@ -347,16 +356,19 @@ mod tests {
             (u64::MAX - 1, 5, 1, 10),
             (u64::MAX - 1, 5, max, max),
         ] {
-            let clamped = gcra::clamp(tat, now, tau);
-            let general = gcra::step(clamped, now, w, tau);
-            match steady_step(tat, now, w, tau) {
-                Steady::Allow { tat: next, ahead } => {
-                    assert_eq!(general, Outcome::Allow { tat: next, ahead });
+            // A class's tolerance: the whole τ, a share of it, or just one weight.
+            for tol in [tau, tau - tau / 5, w.min(tau)] {
+                let clamped = gcra::clamp(tat, now, tau);
+                let general = gcra::step(clamped, now, w, tol);
+                match steady_step(tat, now, w, tau, tol) {
+                    Steady::Allow { tat: next, ahead } => {
+                        assert_eq!(general, Outcome::Allow { tat: next, ahead });
+                    }
+                    Steady::Deny { retry_after } => {
+                        assert_eq!(general, Outcome::Deny { retry_after });
+                    }
+                    Steady::Cold => assert!(clamped < tat || now >= STEADY_NOW),
                 }
-                Steady::Deny { retry_after } => {
-                    assert_eq!(general, Outcome::Deny { retry_after });
-                }
-                Steady::Cold => assert!(clamped < tat || now >= STEADY_NOW),
             }
         }
     }

@@ -21,7 +21,35 @@ use parking_lot::Mutex;
 struct Epoch {
     fast: quanta::Clock,
     fast_origin: u64,
+    /// quanta's scale as a multiplier of 2^-[`SCALE_SHIFT`] ns per raw tick, when that
+    /// reproduces quanta's own conversion exactly (see [`scale_of`]); else `None`, and the
+    /// conversion is quanta's.
+    scale: Option<u64>,
     os_origin: Instant,
+}
+
+/// The fixed shift of the fast clock's conversion: `ns = (ticks · scale) >> 48`.
+const SCALE_SHIFT: u32 = 48;
+
+/// quanta converts `d` ticks to `⌊d·F / 2^S⌋` ns (`F`, `S` from its calibration, `S` about
+/// 30). Its value at `d = 2^48` is `F·2^(48−S)` when `S ≤ 48`, and then `⌊d·that / 2^48⌋`
+/// is `⌊d·F / 2^S⌋` for every `d`: the same reading with a constant shift instead of quanta's
+/// dispatch on its clock type, its stored shift and its `end ≤ start` test. Checked on a
+/// spread of deltas before it is used; `None` if any differs.
+fn scale_of(fast: &quanta::Clock) -> Option<u64> {
+    let scale = fast.delta_as_nanos(0, 1 << SCALE_SHIFT);
+    let probes = (0..64).flat_map(|k| [1u64 << k, (1u64 << k) - 1, (1u64 << k) + 12_345]);
+    probes
+        .chain([u64::MAX, 0x1234_5678_9abc_def0])
+        .all(|d| scaled(d, scale) == fast.delta_as_nanos(0, d))
+        .then_some(scale)
+}
+
+/// `⌊d·scale / 2^48⌋`, truncated to 64 bits as quanta truncates.
+#[inline(always)]
+fn scaled(d: u64, scale: u64) -> u64 {
+    // Truncation as quanta's `mul_div_po2_u64`.
+    ((u128::from(d) * u128::from(scale)) >> SCALE_SHIFT) as u64
 }
 
 fn epoch() -> &'static Epoch {
@@ -30,6 +58,7 @@ fn epoch() -> &'static Epoch {
         let fast = quanta::Clock::new();
         let fast_origin = fast.raw();
         Epoch {
+            scale: scale_of(&fast),
             fast,
             fast_origin,
             os_origin: Instant::now(),
@@ -37,15 +66,16 @@ fn epoch() -> &'static Epoch {
     })
 }
 
-/// [`Clock::monotonic`] without the dispatch: read exactly as that clock reads.
+/// [`Clock::monotonic`] without the dispatch, when its conversion has a fixed shift
+/// ([`scale_of`]): read exactly as that clock reads.
 #[derive(Clone, Copy)]
-pub(crate) struct FastClock(&'static Epoch);
+pub(crate) struct FastClock(&'static Epoch, u64);
 
 impl FastClock {
     #[inline(always)]
     pub(crate) fn now_nanos(self) -> u64 {
-        let e = self.0;
-        e.fast.delta_as_nanos(e.fast_origin, e.fast.raw())
+        // quanta's `delta_as_nanos(origin, raw)`: 0 for a reading at or before the origin.
+        scaled(self.0.fast.raw().saturating_sub(self.0.fast_origin), self.1)
     }
 }
 
@@ -138,7 +168,11 @@ impl Clock {
     #[inline]
     pub fn now_nanos(&self) -> u64 {
         match &self.source {
-            Source::Fast(e) => FastClock(e).now_nanos(),
+            Source::Fast(
+                e @ Epoch {
+                    scale: Some(scale), ..
+                },
+            ) => FastClock(e, *scale).now_nanos(),
             other => Self::now_slow(other),
         }
     }
@@ -147,7 +181,7 @@ impl Clock {
     /// read without dispatching on the source.
     pub(crate) fn fast(&self) -> Option<FastClock> {
         match &self.source {
-            Source::Fast(e) => Some(FastClock(e)),
+            Source::Fast(e) => Some(FastClock(e, e.scale?)),
             _ => None,
         }
     }
@@ -328,6 +362,28 @@ mod tests {
         assert_eq!(manual.nanos(), u64::MAX);
         manual.advance(Duration::from_secs(1));
         assert_eq!(manual.nanos(), u64::MAX);
+    }
+
+    #[test]
+    fn the_fixed_shift_conversion_is_quantas() {
+        let e = epoch();
+        // On every machine this runs on quanta's shift is below 48: the fast path is taken.
+        let scale = e.scale.unwrap(); // test
+        let mut d = 1u64;
+        while d < u64::MAX / 3 {
+            for x in [d, d + 1, d.wrapping_mul(0x9e37_79b9) >> 7] {
+                assert_eq!(scaled(x, scale), e.fast.delta_as_nanos(0, x), "{x}");
+            }
+            d = d * 3 + 1;
+        }
+        let before = Clock::monotonic().now_nanos();
+        let raw = e.fast.raw();
+        let after = Clock::monotonic().now_nanos();
+        let quanta = e.fast.delta_as_nanos(e.fast_origin, raw);
+        assert!(
+            before <= quanta && quanta <= after,
+            "{before} {quanta} {after}"
+        );
     }
 
     #[test]

@@ -10,5 +10,6 @@ pub(crate) mod fingerprint;
 pub(crate) mod gcra;
 pub(crate) mod params;
 pub(crate) mod quota;
+pub(crate) mod refund;
 pub(crate) mod stats;
 pub(crate) mod verdict;

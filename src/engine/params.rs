@@ -33,6 +33,11 @@ use std::sync::atomic::{fence, AtomicU64, Ordering};
 use crate::engine::cell::TOMBSTONE;
 use crate::engine::gcra::{self, Params, Per};
 
+/// The fast path's `T` is below this (every quota's `T` is, at most a day; a larger one
+/// would take the general path), so its verdict stores `T` in 48 bits without a test
+/// ([`Allowed::requests`](crate::engine::verdict::Allowed::requests)).
+pub(crate) const FAST_T_LIMIT: u64 = 1 << 48;
+
 /// Words per parameter set: `T` (0 for a byte budget), τ, burst, ns-per-byte numerator,
 /// denominator low, denominator high.
 const SET: usize = 6;
@@ -104,8 +109,8 @@ impl SharedParams {
     /// [`confirm`](Self::confirm) does once for both purposes — the words are consistent, and
     /// no change was published before the TAT word was loaded. `T` is 0 for a byte budget or
     /// during a change. Until confirmed, `T` and `τ` may come from two different quotas; each
-    /// is still some quota's (both at most [`gcra::MAX_TAU`]), so arithmetic on them cannot
-    /// overflow, but nothing may be written on their strength.
+    /// is still some quota's (both at most [`gcra::MAX_TAU`], `T` below [`FAST_T_LIMIT`]), so
+    /// arithmetic on them cannot overflow, but nothing may be written on their strength.
     #[inline(always)]
     pub(crate) fn load_request_unconfirmed(&self) -> (u64, u64, u64) {
         // Acquire: pairs with the writer's Release, so the copy read below is complete.
@@ -223,7 +228,11 @@ fn encode_set(p: Params) -> [u64; SET] {
 fn encode(cur: Params, prev: Option<Params>, gen: u64) -> [u64; 14] {
     let c = encode_set(cur);
     let p = prev.map_or([0; SET], encode_set);
-    let fast_t = if prev.is_none() { c[0] } else { 0 };
+    let fast_t = if prev.is_none() && c[0] < FAST_T_LIMIT {
+        c[0]
+    } else {
+        0
+    };
     [
         fast_t, c[0], c[1], c[2], c[3], c[4], c[5], p[0], p[1], p[2], p[3], p[4], p[5], gen,
     ]
@@ -416,6 +425,19 @@ mod tests {
             tau: t * burst,
             burst,
         }
+    }
+
+    #[test]
+    fn a_t_of_2_48_or_more_leaves_the_fast_path() {
+        let fast = SharedParams::new(req(FAST_T_LIMIT - 1, 2));
+        assert_eq!(
+            fast.load_request().map(|(t, _, _)| t),
+            Some(FAST_T_LIMIT - 1)
+        );
+        let slow = SharedParams::new(req(FAST_T_LIMIT, 2));
+        assert!(slow.load_request().is_none());
+        assert_eq!(slow.load_request_unconfirmed().0, 0);
+        assert_eq!(slow.load().cur.per, Per::Request { t: FAST_T_LIMIT });
     }
 
     #[test]

@@ -107,6 +107,21 @@ impl Allowed {
         }
     }
 
+    /// [`new`](Self::new) for a divisor `t` of the fast path: `1 ≤ t <`
+    /// [`FAST_T_LIMIT`](crate::engine::params::FAST_T_LIMIT) (2^48), stored without a test.
+    #[inline(always)]
+    pub(crate) fn requests(slack: u64, t: u64, reset_after: u64) -> Self {
+        debug_assert!(t != 0 && t < crate::engine::params::FAST_T_LIMIT);
+        // Truncations are the intended split of a divisor below 2^48.
+        Self {
+            slack,
+            reset_after,
+            divisor_lo: t as u32,
+            divisor_hi: (t >> 32) as u16,
+            kind: Remaining::Requests,
+        }
+    }
+
     #[inline]
     fn units(units: u64, reset_after: u64) -> Self {
         Self {

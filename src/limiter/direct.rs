@@ -7,18 +7,21 @@ use parking_lot::Mutex;
 
 use crate::engine::cell::{self, Attempt, Padded, Steady};
 use crate::engine::check::Check;
-use crate::engine::clock::{Clock, FastClock};
+use crate::engine::clock::Clock;
 use crate::engine::error::InsufficientCapacity;
 use crate::engine::gcra::Params;
 use crate::engine::params::{Gate, SharedParams, Token};
 use crate::engine::quota::Quota;
 use crate::engine::stats::{Counters, Stats, ALLOWED, DENIED_QUOTA, RETRIES};
 use crate::engine::verdict::{Allowed, Denied, DenyReason, PassReason, Verdict};
-use crate::limiter::guard::{self, Attached, Guard};
+use crate::limiter::guard::{self, Attached, Guard, Hot};
 use crate::safety::fault::FaultDetector;
 use crate::safety::watchdog::Watchdog;
-use crate::shaping::priority::{self, Priorities};
+use crate::shaping::priority::{self, Priorities, Reserve};
 use crate::shaping::retry::RetryBudget;
+
+mod refund;
+mod wait;
 
 /// A rate limiter with one cell: a single TAT word, checked lock-free.
 ///
@@ -49,30 +52,6 @@ pub struct RateLimiter {
     /// Every verdict, unless a detector (which counts them itself) is attached.
     counters: Counters,
     guard: Option<Box<Guard>>,
-}
-
-/// What a check can do inline, fixed when the limiter is built.
-enum Hot {
-    /// The fast clock, nothing attached.
-    Bare(FastClock),
-    /// The fast clock and a detector (a clone of the attached one), nothing else that acts on
-    /// a plain check: the bare step while the detector enforces, counted by the detector.
-    Detected(FastClock, FaultDetector),
-    /// Another clock, or more attached: [`RateLimiter::check_dispatch`].
-    Other,
-}
-
-impl Hot {
-    fn new(clock: &Clock, guard: Option<&Guard>) -> Self {
-        match (clock.fast(), guard) {
-            (Some(c), None) => Hot::Bare(c),
-            (Some(c), Some(g)) => match g.detector_only() {
-                Some(d) => Hot::Detected(c, d.clone()),
-                None => Hot::Other,
-            },
-            (None, _) => Hot::Other,
-        }
-    }
 }
 
 /// The one cell, and the generation its TAT is in (read only while a quota change runs).
@@ -107,7 +86,14 @@ impl RateLimiter {
         match &self.hot {
             Hot::Bare(clock) => {
                 let count = |i| self.counters.bump(i);
-                self.step_bare(clock.now_nanos(), 1, count, |v| v, general)
+                self.step_bare(
+                    clock.now_nanos(),
+                    (1, Reserve::NONE),
+                    count,
+                    || None,
+                    |v| v,
+                    general,
+                )
             }
             Hot::Detected(clock, d) => {
                 let d = d.shared();
@@ -115,7 +101,14 @@ impl RateLimiter {
                     return general();
                 }
                 let count = |i| d.observe_index(i);
-                self.step_bare(clock.now_nanos(), 1, count, |v| v, general)
+                self.step_bare(
+                    clock.now_nanos(),
+                    (1, Reserve::NONE),
+                    count,
+                    || None,
+                    |v| v,
+                    general,
+                )
             }
             Hot::Other => self.check_dispatch(),
         }
@@ -128,30 +121,47 @@ impl RateLimiter {
         match &self.guard {
             None => {
                 let count = |i| self.counters.bump(i);
-                self.step_bare(self.clock.now_nanos(), 1, count, |v| v, general)
+                self.step_bare(
+                    self.clock.now_nanos(),
+                    (1, Reserve::NONE),
+                    count,
+                    || None,
+                    |v| v,
+                    general,
+                )
             }
             // As `Hot::Detected`, on another clock.
             Some(g) => match g.detector_only().map(|d| d.shared()) {
                 Some(d) if d.pass_reason().is_none() => {
                     let count = |i| d.observe_index(i);
-                    self.step_bare(self.clock.now_nanos(), 1, count, |v| v, general)
+                    self.step_bare(
+                        self.clock.now_nanos(),
+                        (1, Reserve::NONE),
+                        count,
+                        || None,
+                        |v| v,
+                        general,
+                    )
                 }
                 _ => self.check_guarded(g),
             },
         }
     }
 
-    /// A bare limiter's check of `cost ≥ 1` units on a request quota in steady state, stepped
-    /// inline ([`Steady`]), counted and handed to `done`; anything else — a byte budget, a
-    /// quota change, a cost over the burst, the clamp lowering the TAT, a clock past 2^62 ns —
-    /// goes to `general`. (Continuations rather than an `Option<Verdict>`, which costs a
-    /// verdict's copy and a test on the hot path.)
+    /// A check of `cost ≥ 1` units on a request quota in steady state, for a class of
+    /// reserve `reserve` ([`Reserve::NONE`] for a plain check), stepped inline ([`Steady`]),
+    /// counted and handed to `done`; anything else — a byte budget, a quota change, a cost
+    /// over the burst or the class's capacity, the clamp lowering the TAT, a clock past 2^62
+    /// ns — goes to `general`. `ahead` runs once the weight is known to fit, before the step:
+    /// a verdict it returns stands instead (a retry over its budget). (Continuations rather
+    /// than an `Option<Verdict>`, which costs a verdict's copy and a test on the hot path.)
     #[inline(always)]
     fn step_bare<R>(
         &self,
         now: u64,
-        cost: u64,
+        (cost, reserve): (u64, Reserve),
         count: impl FnOnce(usize),
+        ahead_of_step: impl FnOnce() -> Option<R>,
         done: impl FnOnce(Verdict) -> R,
         general: impl FnOnce() -> R,
     ) -> R {
@@ -161,17 +171,23 @@ impl RateLimiter {
         if t == 0 {
             return general();
         }
-        // One unit is always within the burst (every burst is at least 1): a plain check
-        // reads no burst. Unconfirmed, `cost·t` may come from two quotas: bounded by τ here.
+        // Unconfirmed, `t` and `τ` may come from two quotas: arithmetic only until `confirm`.
+        let tol = reserve.tolerance(&Params::request(t, tau));
+        // One unit is always within the burst (every burst is at least 1) and within every
+        // class's tolerance (never less than one unit's weight): a plain check reads no
+        // burst. Unconfirmed, `cost·t` may come from two quotas: bounded by τ here.
         let w = if cost == 1 {
             t
         } else {
             let burst = self.params.burst_unconfirmed(seq);
             match cost.checked_mul(t) {
-                Some(w) if cost != 0 && cost <= burst && w <= tau => w,
+                Some(w) if cost != 0 && cost <= burst && w <= tol => w,
                 _ => return general(),
             }
         };
+        if let Some(r) = ahead_of_step() {
+            return r;
+        }
         let tat = &self.cell.0.tat;
         // Acquire: see `cell::step_checked`; `confirm` re-reads the snapshot after it.
         let mut cur = tat.load(Ordering::Acquire);
@@ -179,13 +195,13 @@ impl RateLimiter {
             if !self.params.confirm(seq) {
                 return general();
             }
-            match cell::steady_step(cur, now, w, tau) {
+            match cell::steady_step(cur, now, w, tau, tol) {
                 Steady::Allow { tat: next, ahead } => {
                     match tat.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Acquire)
                     {
                         Ok(_) => {
                             count(ALLOWED);
-                            return done(Verdict::Allow(Allowed::new(tau - ahead, t, ahead)));
+                            return done(Verdict::Allow(Allowed::requests(tol - ahead, t, ahead)));
                         }
                         Err(actual) => cur = actual,
                     }
@@ -250,9 +266,15 @@ impl RateLimiter {
         match &self.hot {
             Hot::Bare(clock) => {
                 let count = |i| self.counters.bump(i);
-                self.step_bare(clock.now_nanos(), cost, count, Ok, || {
-                    self.check_n_general(cost)
-                })
+                let general = || self.check_n_general(cost);
+                self.step_bare(
+                    clock.now_nanos(),
+                    (cost, Reserve::NONE),
+                    count,
+                    || None,
+                    Ok,
+                    general,
+                )
             }
             _ => self.check_n_dispatch(cost),
         }
@@ -265,7 +287,14 @@ impl RateLimiter {
             None => {
                 let count = |i| self.counters.bump(i);
                 let general = || self.check_n_general(cost);
-                self.step_bare(self.clock.now_nanos(), cost, count, Ok, general)
+                self.step_bare(
+                    self.clock.now_nanos(),
+                    (cost, Reserve::NONE),
+                    count,
+                    || None,
+                    Ok,
+                    general,
+                )
             }
             Some(_) => self.check_n_general(cost),
         }
@@ -334,6 +363,40 @@ impl RateLimiter {
     /// retry budget (peek, step, debit), the counts.
     #[inline(never)]
     fn check_attached(&self, g: &Guard, check: Check) -> Result<Verdict, InsufficientCapacity> {
+        let retry = check.attempt_number() > 0;
+        let now = g.now(&self.clock);
+        if g.pass_reason(now).is_some() {
+            return self.check_attached_general(g, check);
+        }
+        // In steady state: the class's tolerance, the budget's peek once the cost is known to
+        // fit, the step, the counts — as below, without the full parameter set.
+        let observe = |v: Verdict| {
+            g.observe(&self.counters, &v, None, retry, || now);
+            Ok(v)
+        };
+        let over_budget = || match retry {
+            true => Some(observe(g.over_budget(now)?)),
+            false => None,
+        };
+        let reserve = g.reserve(check.priority_class());
+        let general = || self.check_attached_general(g, check);
+        self.step_bare(
+            now,
+            (check.units(), reserve),
+            |_| {},
+            over_budget,
+            observe,
+            general,
+        )
+    }
+
+    /// [`check_attached`](Self::check_attached) past the steady-state step.
+    #[inline(never)]
+    fn check_attached_general(
+        &self,
+        g: &Guard,
+        check: Check,
+    ) -> Result<Verdict, InsufficientCapacity> {
         let retry = check.attempt_number() > 0;
         loop {
             let (p, token) = self.resolve();

@@ -8,7 +8,7 @@ use std::sync::atomic::AtomicU64;
 use parking_lot::Mutex;
 
 use crate::engine::cell::{Attempt, Ceiling, Padded};
-use crate::engine::clock::Clock;
+use crate::engine::clock::{Clock, FastClock};
 use crate::engine::gcra;
 use crate::engine::stats::{Counters, Stats, RETRIES};
 use crate::engine::verdict::{Denied, DenyReason, PassReason, PassThrough, Shadow, Verdict};
@@ -228,6 +228,31 @@ impl Guard {
                     own.bump(RETRIES);
                 }
             }
+        }
+    }
+}
+
+/// What a limiter's plain check (`check`, `check_key`) can do inline, fixed when the limiter
+/// is built.
+pub(crate) enum Hot {
+    /// The fast clock, nothing attached.
+    Bare(FastClock),
+    /// The fast clock and a detector (a clone of the attached one), nothing else that acts on
+    /// a plain check: the bare step while the detector enforces, counted by the detector.
+    Detected(FastClock, FaultDetector),
+    /// Another clock, or more attached: the limiter's general dispatch.
+    Other,
+}
+
+impl Hot {
+    pub(crate) fn new(clock: &Clock, guard: Option<&Guard>) -> Self {
+        match (clock.fast(), guard) {
+            (Some(c), None) => Hot::Bare(c),
+            (Some(c), Some(g)) => match g.detector_only() {
+                Some(d) => Hot::Detected(c, d.clone()),
+                None => Hot::Other,
+            },
+            (None, _) => Hot::Other,
         }
     }
 }

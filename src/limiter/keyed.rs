@@ -48,7 +48,7 @@ use crate::engine::params::{Gate, SharedParams};
 use crate::engine::quota::Quota;
 use crate::engine::stats::{Counters, Stats, RETRIES};
 use crate::engine::verdict::Verdict;
-use crate::limiter::guard::{self, Guard};
+use crate::limiter::guard::{self, Guard, Hot};
 use crate::shaping::priority::{self, Priorities, Reserve};
 use crate::shaping::retry::RetryBudget;
 
@@ -57,9 +57,11 @@ mod builder;
 mod carry;
 mod grow;
 mod insert;
+mod refund;
 mod store;
 mod sweep;
 mod table;
+mod wait;
 
 pub use builder::KeyedRateLimiterBuilder;
 use store::Store;
@@ -103,6 +105,8 @@ pub const MAX_KEYS_LIMIT: usize = u32::MAX as usize;
 /// cell with probability about n²/2^65 (1 in 30 million at 2^20 keys), and an attacker who
 /// cannot see the seed cannot aim a key at someone else's cell.
 pub struct KeyedRateLimiter<K> {
+    /// What a plain check does inline: one test selects the whole hot path.
+    hot: Hot,
     /// The slots; one [`Gate`] per [`GROUP`] of them, the generation of the quota their TATs
     /// were written under.
     table: Store,
@@ -116,6 +120,9 @@ pub struct KeyedRateLimiter<K> {
     len: AtomicUsize,
     /// Size of the spill map, read without the lock to skip it when empty.
     spilled: AtomicUsize,
+    /// The lowest TAT a lock-free refund wrote since the insert lock last looked
+    /// (`u64::MAX`: none); see `refund.rs`.
+    refunded_min: AtomicU64,
     slow: Mutex<Slow>,
     /// The generation of the spilled keys' TATs (changed under `slow`).
     spill_gate: Gate,
@@ -300,10 +307,23 @@ impl<K> KeyedRateLimiter<K> {
         self.guard.as_ref()?.priorities.as_ref()
     }
 
-    /// [`check_key`](Self::check_key) past the fast path: new keys, byte budgets, quota
-    /// changes, anything attached. Out of line, so the fast path keeps its registers.
+    /// [`check_key`](Self::check_key) on another clock, or with more attached.
     #[inline(never)]
     fn check_fp(&self, fp: u64) -> Verdict {
+        match &self.guard {
+            None => {
+                let count = |i| self.counters.bump(i);
+                let general = || self.check_fp_general(fp);
+                self.step_steady(fp, self.clock.now_nanos(), count, general)
+            }
+            Some(_) => self.check_fp_general(fp),
+        }
+    }
+
+    /// [`check_key`](Self::check_key) past the steady-state step: new keys, byte budgets,
+    /// quota changes, anything attached. Out of line, so the fast path keeps its registers.
+    #[inline(never)]
+    fn check_fp_general(&self, fp: u64) -> Verdict {
         if let Some(v) = self
             .guard
             .as_ref()
@@ -360,9 +380,21 @@ impl<K: Hash> KeyedRateLimiter<K> {
         Q: Hash + ?Sized,
     {
         let fp = self.fingerprinter.fingerprint(key);
-        match self.check_fast(fp) {
-            Some(v) => v,
-            None => self.check_fp(fp),
+        let general = || self.check_fp_general(fp);
+        match &self.hot {
+            Hot::Bare(clock) => {
+                let count = |i| self.counters.bump(i);
+                self.step_steady(fp, clock.now_nanos(), count, general)
+            }
+            Hot::Detected(clock, d) => {
+                let d = d.shared();
+                if d.pass_reason().is_some() {
+                    return general();
+                }
+                let count = |i| d.observe_key(i, fp);
+                self.step_steady(fp, clock.now_nanos(), count, general)
+            }
+            Hot::Other => self.check_fp(fp),
         }
     }
 

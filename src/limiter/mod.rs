@@ -5,3 +5,4 @@
 pub(crate) mod direct;
 pub(crate) mod guard;
 pub(crate) mod keyed;
+pub(crate) mod wait;

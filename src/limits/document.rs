@@ -13,6 +13,7 @@
 //! quota = "100/s"                      # the unit is required
 //! burst = 250                          # optional
 //! shadow = false                       # optional: evaluate and count, never deny
+//! also = false                         # optional: apply in addition to the most specific
 //! classes = [{ class = 0, reserve = 0.0 }, { class = 2, reserve = 0.5 }]  # optional
 //! retry_budget = { ratio = 0.1, period = "10s", floor = "10/s" }           # optional
 //!
@@ -81,6 +82,12 @@ pub const DEFAULT_GUARD: f64 = 10.0;
 /// quota = "100/s"                      # required, with its unit (see `Quota`)
 /// burst = 250                          # optional; an integer, or a size such as "64MiB"
 /// shadow = false                       # optional: evaluate and count, never deny
+///
+/// [[policies]]                         # applies in addition to the most specific policy
+/// name = "per-customer"
+/// match = { route = "/*" }
+/// quota = "10000/day"
+/// also = true                          # optional; see `Policy::also` and `resolve_all`
 ///
 /// [[policies]]                         # a byte budget with priority classes and retries
 /// name = "replication"
@@ -453,8 +460,9 @@ impl Limits {
         &self.acknowledgements
     }
 
-    /// The policy for a request, or `None` when no policy matches (the request is not
-    /// limited by this document).
+    /// The most specific policy for a request, or `None` when no policy matches (policies
+    /// marked `also = true` are never returned here: they apply in addition, see
+    /// [`resolve_all`](Limits::resolve_all)).
     ///
     /// Among the matching policies the most specific wins, compared in this order:
     ///
@@ -506,6 +514,63 @@ impl Limits {
     pub fn resolve(&self, tier: &str, category: &str, route: &str) -> Option<&Policy> {
         let i = self.resolve_position(tier, category, route)?;
         Some(&self.policies[i])
+    }
+
+    /// Every policy that applies to a request: the most specific one (as
+    /// [`resolve`](Limits::resolve) finds it, if any), then every matching policy marked
+    /// `also = true` ([`Policy::also`]), most specific first (by the same order as
+    /// `resolve`), policies with the same matcher in document order. Empty when nothing
+    /// matches. [`LimitsHandle::check_all`](crate::LimitsHandle::check_all) checks them in
+    /// this order, all or nothing.
+    ///
+    /// ```
+    /// use tollgate::Limits;
+    ///
+    /// let limits = Limits::from_toml(r#"
+    /// schema = 1
+    /// revision = 1
+    /// [[policies]]
+    /// name = "search"
+    /// match = { route = "/v1/search" }
+    /// quota = "10/s"
+    /// [[policies]]
+    /// name = "per-customer"
+    /// match = { route = "/*" }
+    /// quota = "100/s"
+    /// also = true
+    /// [[policies]]
+    /// name = "per-customer-daily"
+    /// match = { route = "/*" }
+    /// quota = "100000/day"
+    /// also = true
+    /// "#)?;
+    /// let names = |r| limits.resolve_all("free", "api", r).iter().map(|p| p.name()).collect::<Vec<_>>();
+    /// assert_eq!(names("/v1/search"), ["search", "per-customer", "per-customer-daily"]);
+    /// assert_eq!(names("/v1/cards"), ["per-customer", "per-customer-daily"]);
+    /// assert!(limits.resolve("free", "api", "/v1/cards").is_none()); // `also` never resolves alone
+    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// ```
+    pub fn resolve_all(&self, tier: &str, category: &str, route: &str) -> Vec<&Policy> {
+        self.resolve_all_positions(tier, category, route)
+            .into_iter()
+            .map(|i| &self.policies[i])
+            .collect()
+    }
+
+    /// The positions of [`resolve_all`](Limits::resolve_all)'s policies.
+    pub(crate) fn resolve_all_positions(
+        &self,
+        tier: &str,
+        category: &str,
+        route: &str,
+    ) -> Vec<usize> {
+        let mut all = self
+            .index
+            .resolve_also(&self.policies, tier, category, route);
+        if let Some(first) = self.resolve_position(tier, category, route) {
+            all.insert(0, first);
+        }
+        all
     }
 
     /// The position in [`policies`](Limits::policies) of the policy a request resolves to.

@@ -25,9 +25,11 @@ use crate::limiter::keyed::KeyedRateLimiter;
 use crate::limits::document::{ConfigErrors, Diff, Limits};
 
 mod builder;
+mod multi;
 mod policies;
 
 pub use builder::LimitsHandleBuilder;
+pub use multi::{MultiDecision, PolicyVerdict};
 pub(crate) use policies::{Policies, Settings};
 
 /// How long a new revision serves without a deny anomaly before it becomes known-good, by
@@ -205,6 +207,72 @@ impl LimitsHandle {
             .current
             .read()
             .check(tier, category, route, key, check)?;
+        self.maybe_known_good();
+        Ok(decision)
+    }
+
+    /// Checks a request against **every** policy that applies to it — the most specific one
+    /// and each policy marked `also = true` that matches ([`Limits::resolve_all`], in that
+    /// order) — under one revision, all or nothing: if one denies, the policies checked before
+    /// it are refunded ([`KeyedRateLimiter::refund_key`]) and the ones after it are not
+    /// checked, so a denied request consumes nothing from any limit. Each limit on its own
+    /// is never exceeded, under any concurrency: a refund only gives back what the same
+    /// request took.
+    ///
+    /// No applicable policy, shadow policies and pass-throughs keep the meaning they have in
+    /// [`check`](Self::check): nothing applies — an allow with `remaining() == u64::MAX` and
+    /// no policy; a shadow policy never denies (its verdict is a pass-through, charged like
+    /// an enforcing one and refunded with the others); a limiter passing through (its fault
+    /// detector tripped) lets the request on to the next policy. [`MultiDecision`] says
+    /// which verdict is the overall one.
+    ///
+    /// Not given back on a denial: a retry's debit of a policy's
+    /// [`RetryBudget`](crate::RetryBudget), a pass-through's charge to its ceiling, and a
+    /// key's charge to a full table's shared overflow cell (conservative: the request may
+    /// have cost something there, never more than a check).
+    ///
+    /// ```
+    /// use tollgate::{Check, Limits, LimitsHandle};
+    ///
+    /// let handle = LimitsHandle::new(Limits::from_toml(r#"
+    /// schema = 1
+    /// revision = 1
+    /// [[policies]]
+    /// name = "search"
+    /// match = { route = "/v1/search" }
+    /// quota = "10/s"
+    /// [[policies]]
+    /// name = "customer"
+    /// match = { route = "/*" }
+    /// quota = "1/min;burst=2"
+    /// also = true
+    /// "#)?);
+    /// let search = || handle.check_all("free", "api", "/v1/search", "alice", Check::cost(1));
+    /// assert!(search()?.is_permitted());
+    /// assert!(search()?.is_permitted());
+    /// let d = search()?;
+    /// assert_eq!((d.is_permitted(), d.policy()), (false, Some("customer")));
+    /// // the denied request took nothing from "search": 8 of 10 remain
+    /// let left = handle.check_all("free", "api", "/v1/search", "alice", Check::cost(0))?;
+    /// assert_eq!(left.verdicts()[0].verdict().allowed().map(|a| a.remaining()), Some(8));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`InsufficientCapacity`] if the cost exceeds a policy's burst (nothing is consumed).
+    pub fn check_all(
+        &self,
+        tier: &str,
+        category: &str,
+        route: &str,
+        key: &str,
+        check: Check,
+    ) -> Result<MultiDecision, InsufficientCapacity> {
+        let decision = self
+            .current
+            .read()
+            .check_all(tier, category, route, key, check)?;
         self.maybe_known_good();
         Ok(decision)
     }

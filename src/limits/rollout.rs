@@ -18,6 +18,7 @@ use crate::limits::reload::{Decision, LimitsHandle, Policies, Settings, DEFAULT_
 
 mod builder;
 mod cohort;
+mod multi;
 mod state;
 mod transitions;
 mod window;

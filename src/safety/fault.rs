@@ -359,6 +359,17 @@ impl Shared {
         }
     }
 
+    /// [`observe`](Self::observe) of a key's verdict known by its counter `index`: an allow
+    /// or a quota denial (neither a shadow denial nor a full table's).
+    #[inline(always)]
+    pub(crate) fn observe_key(&self, index: usize, fp: u64) {
+        let due = self.counters.record_index(index, EVAL_EVERY);
+        self.panel.record(fp, false);
+        if due {
+            self.maybe_evaluate();
+        }
+    }
+
     /// Counts a verdict (and, for a key, its panel sample) and now and then runs a due
     /// evaluation.
     #[inline]

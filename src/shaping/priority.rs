@@ -288,7 +288,13 @@ impl Reserve {
     /// `⌊τ·(10^6 − r)/10^6⌋`: rounded down, so a class never reaches into the reserve.
     #[inline]
     fn share_of(self, tau: u64) -> u64 {
-        let keep = u128::from(tau) * u128::from(PPM - self.0) / u128::from(PPM);
+        let keep = PPM - self.0;
+        // τ·keep < 2^44·2^20 fits u64 (keep ≤ 10^6 < 2^20): a multiply and a division by a
+        // constant, without the u128 division call that larger τ need.
+        if tau < 1 << 44 {
+            return tau * u64::from(keep) / u64::from(PPM);
+        }
+        let keep = u128::from(tau) * u128::from(keep) / u128::from(PPM);
         // keep ≤ tau.
         keep as u64
     }
@@ -314,6 +320,13 @@ mod tests {
         assert_eq!(Reserve(200_000).share_of(1_000), 800);
         assert_eq!(Reserve(333_333).share_of(10), 6);
         assert_eq!(Reserve(999_999).share_of(u64::MAX), u64::MAX / 1_000_000);
+        // Both sides of the u64 shortcut agree with the exact u128 product.
+        for tau in [(1 << 44) - 1, 1 << 44, (1 << 44) + 12_345, 1 << 62] {
+            for r in [1, 200_000, 999_999] {
+                let exact = u128::from(tau) * u128::from(PPM - r) / u128::from(PPM);
+                assert_eq!(u128::from(Reserve(r).share_of(tau)), exact, "{tau} {r}");
+            }
+        }
         // T = 1 ns, τ = 1,000 ns.
         let p = Params::request(1, 1_000);
         assert_eq!(Reserve::NONE.tolerance(&p), 1_000);

@@ -22,8 +22,8 @@ pub(crate) const LONG_HELP: &str = r#"Output:
            "diff": object | null,           // null unless both documents are valid:
              // {"from_revision", "to_revision",
              //  "added": [policy], "removed": [policy],   policy: {"name", "quota", "match",
-             //                                                     "shadow" (only when true)}
-             //  "changed": [{"policy", "quota"?, "match"?, "shadow"?}],
+             //                                                     "shadow", "also" (only when true)}
+             //  "changed": [{"policy", "quota"?, "match"?, "shadow"?, "also"?}],
              //  "moves": [{"requests": [string], "from", "to", "quota"?}]}
              // a quota change: {"from", "to", "factor", "rate_factor", "burst_factor",
              //                  "direction"}

@@ -14,7 +14,7 @@ use crate::engine::fingerprint::Fingerprinter;
 use crate::engine::params::{Gate, SharedParams};
 use crate::engine::quota::Quota;
 use crate::engine::stats::Counters;
-use crate::limiter::guard::{Attached, Guard};
+use crate::limiter::guard::{Attached, Guard, Hot};
 use crate::safety::fault::FaultDetector;
 use crate::safety::watchdog::Watchdog;
 use crate::shaping::priority::Priorities;
@@ -128,7 +128,9 @@ impl<K> KeyedRateLimiterBuilder<K> {
                 }
             }
         };
+        let guard = Guard::boxed(self.attached);
         KeyedRateLimiter {
+            hot: Hot::new(&self.clock, guard.as_deref()),
             table,
             max_keys,
             params: SharedParams::new(self.quota.params()),
@@ -142,7 +144,8 @@ impl<K> KeyedRateLimiterBuilder<K> {
             quota: Mutex::new(self.quota),
             len: AtomicUsize::new(0),
             spilled: AtomicUsize::new(0),
-            guard: Guard::boxed(self.attached),
+            refunded_min: AtomicU64::new(u64::MAX),
+            guard,
             spill_gate: Gate::default(),
             counters: Counters::new(),
             slow: Mutex::new(Slow {

@@ -40,6 +40,9 @@ impl<K> KeyedRateLimiter<K> {
             // at one instant is never swept as idle at an earlier one.
             let now = self.now().max(slow.last_now);
             slow.last_now = now;
+            if let Some(tat) = self.take_lowered() {
+                slow.saw_live(tat);
+            }
             match self.step_locked(&mut slow, &snap, now, ask) {
                 Ok(Step::Done(v)) => return v,
                 Ok(Step::Overflow) => {

@@ -6,43 +6,81 @@ use std::sync::atomic::Ordering;
 
 use super::store::Place;
 use super::{Ask, KeyedRateLimiter};
-use crate::engine::cell::{self, Attempt, TOMBSTONE};
+use crate::engine::cell::{self, Attempt, Steady, TOMBSTONE};
 use crate::engine::error::InsufficientCapacity;
 use crate::engine::gcra::Params;
 use crate::engine::params::{Gate, Snapshot, Token};
-use crate::engine::verdict::{Denied, DenyReason, PassReason, Verdict};
+use crate::engine::stats::{ALLOWED, DENIED_QUOTA};
+use crate::engine::verdict::{Allowed, Denied, DenyReason, PassReason, Verdict};
 use crate::limiter::guard::{self, Guard};
 use crate::shaping::priority;
 
 impl<K> KeyedRateLimiter<K> {
     /// One unit for a tracked key under a request quota in steady state — the common check:
-    /// the three-word snapshot, the key's slot, one step. `None` sends the check the general
-    /// way: a new key, a byte budget, a quota change, a slot that died or changed hands under
-    /// it, anything attached (which tries [`check_fast_guarded`](Self::check_fast_guarded)
-    /// there, out of this path's way).
-    #[inline]
-    pub(super) fn check_fast(&self, fp: u64) -> Option<Verdict> {
-        if self.guard.is_some() {
-            return None;
+    /// `T` and τ (confirmed once, after the TAT load, as a direct limiter's
+    /// `step_bare`), the key's slot, one [`cell::steady_step`], one CAS; counted by `count`.
+    /// Anything else — a new key, a byte budget, a quota change, the clamp lowering the TAT,
+    /// a slot that died or changed hands under it — goes to `general`, having written
+    /// nothing (or having undone its write, see [`cell::step_checked`]).
+    #[inline(always)]
+    pub(super) fn step_steady(
+        &self,
+        fp: u64,
+        now: u64,
+        count: impl FnOnce(usize),
+        general: impl FnOnce() -> Verdict,
+    ) -> Verdict {
+        let (t, tau, seq) = self.params.load_request_unconfirmed();
+        if t == 0 {
+            return general();
         }
-        let (t, tau, seq) = self.params.load_request()?;
-        let slot = self.table.find_slot(fp)?;
-        let p = Params::request(t, tau);
-        let a = Attempt {
-            now: self.clock.now_nanos(),
-            p: &p,
-            w: t,
+        let Some(slot) = self.table.find_slot(fp) else {
+            return general();
         };
-        let ours = || slot.key.load(Ordering::Acquire) == fp;
-        // The steady snapshot needs no gate: a change would have moved `seq`.
-        let valid = || ours() && self.params.unchanged(seq);
-        let fresh = || self.clock.now_nanos();
-        let v = cell::step_checked(&slot.tat, a, tau, DenyReason::Quota, valid, ours, fresh)?;
-        self.counters.count(&v);
-        Some(v)
+        // Acquire (load and failed CAS): a reused slot's TAT is published with Release after
+        // its new key, so a reader that sees the new TAT sees the new key below.
+        let mut cur = slot.tat.load(Ordering::Acquire);
+        loop {
+            // `confirm` after the TAT load: the steady snapshot needs no gate, a change would
+            // have moved `seq`.
+            if cur == TOMBSTONE
+                || slot.key.load(Ordering::Acquire) != fp
+                || !self.params.confirm(seq)
+            {
+                return general();
+            }
+            match cell::steady_step(cur, now, t, tau, tau) {
+                Steady::Allow { tat: next, ahead } => {
+                    let cas = slot.tat.compare_exchange_weak(
+                        cur,
+                        next,
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    );
+                    match cas {
+                        Ok(_) => {
+                            // Landed on another key's cell (an ABA): undone, look again.
+                            if slot.key.load(Ordering::Acquire) != fp
+                                && cell::undo(&slot.tat, next, cur)
+                            {
+                                return general();
+                            }
+                            count(ALLOWED);
+                            return Verdict::Allow(Allowed::requests(tau - ahead, t, ahead));
+                        }
+                        Err(actual) => cur = actual,
+                    }
+                }
+                Steady::Deny { retry_after } => {
+                    count(DENIED_QUOTA);
+                    return Verdict::Deny(Denied::new(retry_after, DenyReason::Quota));
+                }
+                Steady::Cold => return general(),
+            }
+        }
     }
 
-    /// [`check_fast`](Self::check_fast) with a guard attached: its clock, and its count; a
+    /// [`step_steady`](Self::step_steady) with a guard attached: its clock, and its count; a
     /// pass-through goes the general way.
     #[inline]
     pub(super) fn check_fast_guarded(&self, g: &Guard, fp: u64) -> Option<Verdict> {

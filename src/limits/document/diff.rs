@@ -39,6 +39,10 @@ pub struct PolicyChange {
     /// The shadow flag change, if it changed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shadow: Option<Change<bool>>,
+    /// The `also` flag change (a policy that starts or stops applying in addition to the
+    /// most specific one), if it changed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub also: Option<Change<bool>>,
     /// The priority classes, described (`0 (reserve 0), 2 (reserve 0.5)`, or `none`), if
     /// they changed.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -145,7 +149,8 @@ impl Diff {
         // the matchers not in both documents under the same name: the traffic that can move
         let rematched = pairs
             .iter()
-            .filter(|(o, n)| o.matcher != n.matcher)
+            // a flipped `also` flag moves the policy in or out of the most specific choice
+            .filter(|(o, n)| o.matcher != n.matcher || o.also != n.also)
             .flat_map(|(o, n)| [&o.matcher, &n.matcher]);
         let changed_matchers: Vec<&Matcher> = removed
             .iter()
@@ -245,8 +250,9 @@ impl Diff {
     /// Every tightening by more than `guard` (a factor; below 1 or NaN counts as 1): quota
     /// changes of a policy, and traffic moving to a tighter policy. Traffic that had no
     /// policy (and so no limit) and gets one is listed in [`moves`](Diff::moves) but is not
-    /// a tightening here, or every new policy would need an acknowledgement; the shadow flag
-    /// is not taken into account.
+    /// a tightening here, or every new policy would need an acknowledgement — the same holds
+    /// for an added policy marked `also = true`, which adds a limit on top of the ones the
+    /// requests had; the shadow flag is not taken into account.
     ///
     /// ```
     /// # let old = tollgate::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[{"name":"a","match":{"route":"/"},"quota":"10/s"}]}"#)?;
@@ -383,6 +389,10 @@ fn policy_change((o, n): (&Policy, &Policy)) -> PolicyChange {
             from: o.shadow,
             to: n.shadow,
         }),
+        also: (o.also != n.also).then_some(Change {
+            from: o.also,
+            to: n.also,
+        }),
         classes: (o.classes != n.classes).then(|| Change {
             from: describe_classes(o.classes.as_ref()),
             to: describe_classes(n.classes.as_ref()),
@@ -416,18 +426,32 @@ impl Candidate<'_> {
 }
 
 impl fmt::Display for Diff {
-    /// One line per change: `added`, `removed`, `changed` (quota, match, shadow, classes,
-    /// retry_budget), `moved`.
+    /// One line per change: `added`, `removed`, `changed` (quota, match, shadow, also,
+    /// classes, retry_budget), `moved`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "revision {} → {}", self.from_revision, self.to_revision)?;
         if self.is_empty() {
             return f.write_str("\n  no changes");
         }
         for p in &self.added {
-            write!(f, "\n  added    {:<20} {} ({})", p.name, p.quota, p.matcher)?;
+            write!(
+                f,
+                "\n  added    {:<20} {} ({}{})",
+                p.name,
+                p.quota,
+                p.matcher,
+                also(p)
+            )?;
         }
         for p in &self.removed {
-            write!(f, "\n  removed  {:<20} {} ({})", p.name, p.quota, p.matcher)?;
+            write!(
+                f,
+                "\n  removed  {:<20} {} ({}{})",
+                p.name,
+                p.quota,
+                p.matcher,
+                also(p)
+            )?;
         }
         for c in &self.changed {
             if let Some(q) = &c.quota {
@@ -444,6 +468,13 @@ impl fmt::Display for Diff {
                 write!(
                     f,
                     "\n  changed  {:<20} shadow {} → {}",
+                    c.policy, s.from, s.to
+                )?;
+            }
+            if let Some(s) = &c.also {
+                write!(
+                    f,
+                    "\n  changed  {:<20} also {} → {}",
                     c.policy, s.from, s.to
                 )?;
             }
@@ -476,6 +507,15 @@ impl fmt::Display for Diff {
             }
         }
         Ok(())
+    }
+}
+
+/// `, also` after the matcher of a policy that applies in addition.
+fn also(p: &Policy) -> &'static str {
+    if p.also {
+        ", also"
+    } else {
+        ""
     }
 }
 

@@ -25,6 +25,7 @@ pub(super) const POLICY_FIELDS: &[&str] = &[
     "quota",
     "burst",
     "shadow",
+    "also",
     "classes",
     "retry_budget",
 ];

@@ -41,6 +41,8 @@ pub struct Policy {
     pub(super) quota: Quota,
     #[serde(skip_serializing_if = "core::ops::Not::not")]
     pub(super) shadow: bool,
+    #[serde(skip_serializing_if = "core::ops::Not::not")]
+    pub(super) also: bool,
     #[serde(rename = "match")]
     pub(super) matcher: Matcher,
     #[serde(
@@ -98,6 +100,31 @@ impl Policy {
     /// ```
     pub fn shadow(&self) -> bool {
         self.shadow
+    }
+
+    /// Whether the policy applies *in addition* to the most specific policy (`also = true`),
+    /// never instead of it: every matching `also` policy is checked as well, by
+    /// [`LimitsHandle::check_all`](crate::LimitsHandle::check_all) — a per-route limit plus
+    /// a per-customer limit across all routes, or a per-second limit plus a per-day one.
+    /// [`Limits::resolve`](super::Limits::resolve) never returns such a policy;
+    /// [`Limits::resolve_all`](super::Limits::resolve_all) lists it after the most specific
+    /// one.
+    ///
+    /// ```
+    /// # let limits = tollgate::Limits::from_toml(r#"
+    /// # schema = 1
+    /// # revision = 1
+    /// # [[policies]]
+    /// # name = "per-customer"
+    /// # match = { route = "/*" }
+    /// # quota = "10000/day"
+    /// also = true
+    /// # "#)?;
+    /// assert!(limits.policy("per-customer").unwrap().also());
+    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// ```
+    pub fn also(&self) -> bool {
+        self.also
     }
 
     /// The priority classes of the policy's limiter (`classes`), if the document gives

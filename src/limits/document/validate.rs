@@ -61,6 +61,7 @@ struct Draft {
     matcher: Option<Matcher>,
     quota: Option<Quota>,
     shadow: bool,
+    also: bool,
     classes: Option<Priorities>,
     retry_budget: Option<RetryBudget>,
 }
@@ -206,6 +207,7 @@ impl Walk {
                     matcher: d.matcher?,
                     quota: d.quota?,
                     shadow: d.shadow,
+                    also: d.also,
                     classes: d.classes,
                     retry_budget: d.retry_budget,
                 })

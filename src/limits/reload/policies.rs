@@ -48,8 +48,8 @@ impl Settings {
 /// One policy's limiter, with what a check needs to know about the policy.
 #[derive(Clone, Debug)]
 pub(crate) struct PolicyLimiter {
-    name: Arc<str>,
-    shadow: bool,
+    pub(super) name: Arc<str>,
+    pub(super) shadow: bool,
     pub(crate) limiter: Arc<KeyedRateLimiter<String>>,
 }
 
@@ -132,6 +132,11 @@ impl Policies {
         Some((&entry.name, &entry.limiter))
     }
 
+    /// The limiter of the policy at position `i` of the document.
+    pub(super) fn entry(&self, i: usize) -> Option<&PolicyLimiter> {
+        self.limiters.get(i)
+    }
+
     /// The limiter of the policy named `name`.
     pub(crate) fn limiter(&self, name: &str) -> Option<&Arc<KeyedRateLimiter<String>>> {
         let i = self.limits.position(name)?;
@@ -188,7 +193,7 @@ fn fresh(policy: &Policy, settings: &Settings) -> PolicyLimiter {
 
 /// A shadow policy never denies: an allow or a denial (whatever its reason) passes through
 /// carrying it as the shadow; a pass-through already is one and stays as it is.
-fn shadowed(v: Verdict) -> Verdict {
+pub(super) fn shadowed(v: Verdict) -> Verdict {
     let shadow = match v {
         Verdict::Allow(_) => Shadow::Allow,
         Verdict::Deny(_) => Shadow::Deny,

@@ -53,7 +53,9 @@ impl Walk {
                     self.error(Kind::DuplicateName, &path, draft.name_at, what, hint);
                 }
             }
-            if let Some(matcher) = &draft.matcher {
+            // Policies that apply in addition may share a matcher with any other (a per-second
+            // and a per-day limit on the same requests); the most specific one must be unique.
+            if let Some(matcher) = draft.matcher.as_ref().filter(|_| !draft.also) {
                 if let Some(first) = first_match.insert(matcher, label) {
                     first_match.insert(matcher, first);
                     let what = format!("matches exactly the same requests as {first}");
@@ -80,6 +82,7 @@ impl Walk {
             matcher: None,
             quota: None,
             shadow: false,
+            also: false,
             classes: None,
             retry_budget: None,
         };
@@ -135,6 +138,18 @@ impl Walk {
             Some(other) => {
                 let hint = "write `shadow = true` or `shadow = false`";
                 self.wrong_type(&path.field("shadow"), "a boolean", other, hint);
+            }
+        }
+        match table.get("also") {
+            None => {}
+            Some(Node {
+                value: Value::Bool(b),
+                ..
+            }) => draft.also = *b,
+            Some(other) => {
+                let hint = "write `also = true` for a policy that applies in addition to the \
+                            most specific one, or leave it out";
+                self.wrong_type(&path.field("also"), "a boolean", other, hint);
             }
         }
         if let Some(node) = table.get("classes") {

@@ -12,12 +12,10 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use tollgate::{Format, DEFAULT_GUARD};
 
-#[path = "tollgate/check.rs"]
 mod check;
-#[path = "tollgate/diff.rs"]
 mod diff;
-#[path = "tollgate/load.rs"]
 mod load;
+mod replay;
 
 const EXIT_STATUS: &str = "\
 Exit status:
@@ -59,6 +57,10 @@ enum Command {
         #[command(flatten)]
         options: Options,
     },
+    /// Replay the three incidents (the default), or an access log against limits documents,
+    /// in simulated time: tables on stdout, SVG charts and index.html in --out.
+    #[command(after_long_help = replay::LONG_HELP)]
+    Replay(replay::ReplayArgs),
 }
 
 /// Options that both commands take.
@@ -188,6 +190,7 @@ fn main() -> ExitCode {
             guard,
             options,
         } => diff::run(old, new, *guard, options, &mut out),
+        Command::Replay(args) => replay::run(args, &mut out),
     };
     out.flush();
     status.into()

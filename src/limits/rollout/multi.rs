@@ -1,0 +1,79 @@
+//! [`Rollout::check_all`]: several limits per request during a rollout.
+
+use std::sync::atomic::Ordering;
+
+use super::cohort::{Cohort, BUCKETS};
+use super::Rollout;
+use crate::engine::check::Check;
+use crate::engine::error::InsufficientCapacity;
+use crate::limits::reload::MultiDecision;
+
+impl Rollout {
+    /// Checks a request against every policy that applies to it, all or nothing, as
+    /// [`LimitsHandle::check_all`](crate::LimitsHandle::check_all) does: `key` in the cohort
+    /// is judged by the new document's policies, the rest by the old one's. A key that joined
+    /// the cohort keeps its place in time in every policy both documents name. The request
+    /// is tallied for the rollout's figures once, as denied if the overall verdict is.
+    ///
+    /// ```
+    /// use tollgate::{Check, Limits, Rollout};
+    ///
+    /// let doc = |revision: u64| Limits::from_toml(&format!(r#"
+    /// schema = 1
+    /// revision = {revision}
+    /// [[policies]]
+    /// name = "route"
+    /// match = {{ route = "/v1/*" }}
+    /// quota = "10/s"
+    /// [[policies]]
+    /// name = "customer"
+    /// match = {{ route = "/*" }}
+    /// quota = "100/s"
+    /// also = true
+    /// "#));
+    /// let rollout = Rollout::new(doc(1)?, doc(2)?, tollgate::ManualClock::new())?;
+    /// let d = rollout.check_all("free", "api", "/v1/x", "alice", Check::cost(1))?;
+    /// assert_eq!(d.verdicts().len(), 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`InsufficientCapacity`] if the cost exceeds a policy's burst (nothing is consumed).
+    pub fn check_all(
+        &self,
+        tier: &str,
+        category: &str,
+        route: &str,
+        key: &str,
+        check: Check,
+    ) -> Result<MultiDecision, InsufficientCapacity> {
+        self.tick();
+        let hash = self.cohort.hash(key);
+        let bp = self.basis_points.load(Ordering::Relaxed);
+        let in_cohort = u32::from(Cohort::bucket_of(hash)) < bp;
+        let (doc, other) = if in_cohort {
+            (&self.new, &self.old)
+        } else {
+            (&self.old, &self.new)
+        };
+        if in_cohort {
+            for i in doc.limits.resolve_all_positions(tier, category, route) {
+                let Some(policy) = doc.limits.policies().get(i) else {
+                    continue;
+                };
+                if let (Some(limiter), Some(from)) =
+                    (doc.limiter(policy.name()), other.limiter(policy.name()))
+                {
+                    limiter.carry_from(from, key);
+                }
+            }
+        }
+        let decision = doc.check_all(tier, category, route, key, check)?;
+        if decision.policy().is_some() && 0 < bp && u64::from(bp) < BUCKETS {
+            self.tallies
+                .record(hash, in_cohort, !decision.is_permitted());
+        }
+        Ok(decision)
+    }
+}
