@@ -10,6 +10,9 @@
 //!   [`KeyedRateLimiter::refund_key`]: never past a full cell), and callers that would rather
 //!   wait than be denied can ([`Wait`]: `until_ready`, `until_key_ready`, …, with jitter, a
 //!   `max_wait` and no reservation held, so a dropped wait leaves nothing behind).
+//! * With the feature `redis`, `SharedRateLimiter`: one limit shared by every instance of a
+//!   service, one Lua script call per check, behind a deadline, a circuit breaker and a
+//!   failure policy that says so in its verdicts.
 //!
 //! ```
 //! use std::time::Duration;
@@ -187,9 +190,9 @@
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
-// The layers, bottom to top: each uses only the layers declared before it. Still to come,
-// each in a folder of its own: `redis` (limits shared across instances) and `metrics`
-// (observability); the CLI lives in `bin/`. `http` (gateway middleware) sits on top.
+// The layers, bottom to top: engine, safety, shaping, limiter, limits; then, each behind its
+// feature and in a folder of its own, `metrics` (observability), `redis` (limits shared across
+// instances) and, on top, `http` (tower middleware). The CLI lives in `bin/`.
 mod engine;
 mod limiter;
 #[cfg(feature = "config")]
@@ -198,6 +201,9 @@ mod limits;
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 mod metrics;
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+mod redis;
 mod safety;
 mod shaping;
 
@@ -205,6 +211,18 @@ mod shaping;
 #[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub mod http;
 
+#[cfg(feature = "redis")]
+pub use crate::redis::breaker::BreakerConfig;
+#[cfg(feature = "redis")]
+pub use crate::redis::builder::{FailurePolicy, SharedRateLimiterBuilder, DEFAULT_DEADLINE};
+#[cfg(feature = "redis")]
+pub use crate::redis::error::BackendError;
+#[cfg(feature = "redis")]
+pub use crate::redis::limit::{MAX_NOW_MICROS, MAX_TAU_MICROS};
+#[cfg(feature = "redis")]
+pub use crate::redis::limiter::SharedRateLimiter;
+#[cfg(feature = "redis")]
+pub use crate::redis::stats::SharedStats;
 pub use engine::check::Check;
 pub use engine::clock::{Clock, ManualClock};
 #[cfg(feature = "config")]

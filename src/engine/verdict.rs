@@ -272,6 +272,13 @@ pub enum DenyReason {
     /// place in the backlog, so that clients denied together do not come back together
     /// (see [`RetryBudget`](crate::RetryBudget#what-a-denied-retry-is-told)).
     RetryBudget,
+    /// The shared backend (Redis) could not be reached in time and the failure policy is
+    /// closed: nothing passes until it answers again. The retry-after is the circuit
+    /// breaker's first cool-down.
+    BackendUnavailable,
+    /// The shared backend (Redis) could not be reached in time, and this node's local share
+    /// of the limit (the fallback) is used up; the retry-after is the local limiter's.
+    LocalShare,
 }
 
 /// A check the limiter let through without enforcing.

@@ -48,7 +48,8 @@ pub enum RejectReason {
 
 impl RejectReason {
     /// The reason as written in problem bodies: `quota`, `retry_budget`, `key_table_full`,
-    /// `ceiling`, `clock_overflow`, `queue_full`, `insufficient_capacity`, `missing_key`,
+    /// `ceiling`, `clock_overflow`, `backend_unavailable`, `local_share` (a shared limit's
+    /// fallbacks), `queue_full`, `insufficient_capacity`, `missing_key`,
     /// `malformed_key`, `malformed_header`.
     pub fn as_str(&self) -> &'static str {
         match self {
@@ -57,6 +58,8 @@ impl RejectReason {
             RejectReason::Denied(DenyReason::KeyTableFull) => "key_table_full",
             RejectReason::Denied(DenyReason::Ceiling) => "ceiling",
             RejectReason::Denied(DenyReason::ClockOverflow) => "clock_overflow",
+            RejectReason::Denied(DenyReason::BackendUnavailable) => "backend_unavailable",
+            RejectReason::Denied(DenyReason::LocalShare) => "local_share",
             RejectReason::QueueFull => "queue_full",
             RejectReason::InsufficientCapacity => "insufficient_capacity",
             RejectReason::MissingKey => "missing_key",

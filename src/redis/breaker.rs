@@ -1,0 +1,381 @@
+//! The circuit breaker in front of Redis: it opens after consecutive failures or a high error
+//! ratio, stays open for a jittered cool-down (doubling, capped, while probes keep failing),
+//! then lets exactly one probe through (half-open) and closes when it succeeds.
+//!
+//! A state machine over explicit `now` readings (ns): the limiter passes the OS clock, tests
+//! pass numbers.
+
+use core::time::Duration;
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
+
+use parking_lot::Mutex;
+
+use crate::engine::clock::saturating_nanos;
+
+/// When the breaker opens and how long it stays open.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::BreakerConfig;
+///
+/// let b = BreakerConfig::new()
+///     .consecutive_failures(3)
+///     .error_ratio(0.5, 20)
+///     .open_for(Duration::from_millis(200), Duration::from_secs(5));
+/// assert_eq!(b.consecutive_failures_threshold(), 3);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BreakerConfig {
+    consecutive: u32,
+    ratio: f64,
+    min_calls: u32,
+    window: u64,
+    open_min: u64,
+    open_max: u64,
+}
+
+impl Default for BreakerConfig {
+    /// 5 consecutive failures, or half of at least 20 calls in a 10 s window; open for
+    /// 500 ms (±50 % jitter), doubling up to 1 s while probes fail: a restarted server is back
+    /// in use within about 1.5 s, and each instance probes a dead one about once a second.
+    fn default() -> Self {
+        Self {
+            consecutive: 5,
+            ratio: 0.5,
+            min_calls: 20,
+            window: 10_000_000_000,
+            open_min: 500_000_000,
+            open_max: 1_000_000_000,
+        }
+    }
+}
+
+impl BreakerConfig {
+    /// The defaults (see [`Default`]).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Opens after `n` failures in a row (at least 1; 0 is taken as 1).
+    #[must_use]
+    pub fn consecutive_failures(self, n: u32) -> Self {
+        Self {
+            consecutive: n.max(1),
+            ..self
+        }
+    }
+
+    /// Opens when at least `ratio` of the calls in the window failed, once the window holds
+    /// `min_calls` calls. A ratio above 1 (or NaN) disables this rule.
+    #[must_use]
+    pub fn error_ratio(self, ratio: f64, min_calls: u32) -> Self {
+        Self {
+            ratio,
+            min_calls: min_calls.max(1),
+            ..self
+        }
+    }
+
+    /// The length of the window the error ratio is measured over.
+    #[must_use]
+    pub fn window(self, window: Duration) -> Self {
+        Self {
+            window: saturating_nanos(window).max(1),
+            ..self
+        }
+    }
+
+    /// The first cool-down (`min`) and its cap while probes keep failing (`max ≥ min`). Each
+    /// cool-down is jittered by ±50 %, so instances do not probe a recovering server together.
+    #[must_use]
+    pub fn open_for(self, min: Duration, max: Duration) -> Self {
+        let open_min = saturating_nanos(min).max(1);
+        Self {
+            open_min,
+            open_max: saturating_nanos(max).max(open_min),
+            ..self
+        }
+    }
+
+    /// The cool-down before the first probe, before jitter: what a
+    /// [`FailurePolicy::Closed`](crate::FailurePolicy::Closed) denial tells as its retry-after.
+    pub(crate) fn first_cool_down(&self) -> Duration {
+        Duration::from_nanos(self.open_min)
+    }
+
+    /// The consecutive-failure threshold.
+    pub fn consecutive_failures_threshold(&self) -> u32 {
+        self.consecutive
+    }
+}
+
+/// What the breaker lets a call do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Permit {
+    /// Closed: call.
+    Call,
+    /// Half-open: this call is the probe.
+    Probe,
+    /// Open: do not call.
+    Reject,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    Closed,
+    /// Open until `until`; the next cool-down will be `next` before jitter.
+    Open {
+        until: u64,
+        next: u64,
+    },
+    /// A probe is out; if it never reports (its caller was cancelled), another probe may go
+    /// at `reprobe` (one jittered cool-down after the first).
+    HalfOpen {
+        reprobe: u64,
+        next: u64,
+    },
+}
+
+#[derive(Debug)]
+struct Inner {
+    state: State,
+    consecutive: u32,
+    window_start: u64,
+    calls: u32,
+    failures: u32,
+    rng: u64,
+    opened: u64,
+}
+
+/// The breaker itself.
+#[derive(Debug)]
+pub(crate) struct Breaker {
+    config: BreakerConfig,
+    inner: Mutex<Inner>,
+}
+
+impl Breaker {
+    pub(crate) fn new(config: BreakerConfig) -> Self {
+        let seed = RandomState::new().hash_one(0x746f_6c6c_6761_7465_u64) | 1;
+        Self {
+            config,
+            inner: Mutex::new(Inner {
+                state: State::Closed,
+                consecutive: 0,
+                window_start: 0,
+                calls: 0,
+                failures: 0,
+                rng: seed,
+                opened: 0,
+            }),
+        }
+    }
+
+    /// May a call go to Redis at `now`?
+    pub(crate) fn permit(&self, now: u64) -> Permit {
+        let mut s = self.inner.lock();
+        match s.state {
+            State::Closed => Permit::Call,
+            State::Open { until, next }
+            | State::HalfOpen {
+                reprobe: until,
+                next,
+            } if now >= until => {
+                let wait = jitter(&mut s.rng, next);
+                s.state = State::HalfOpen {
+                    reprobe: now.saturating_add(wait),
+                    next,
+                };
+                Permit::Probe
+            }
+            _ => Permit::Reject,
+        }
+    }
+
+    /// The call (or probe) succeeded.
+    pub(crate) fn success(&self, now: u64) {
+        let mut s = self.inner.lock();
+        if s.state != State::Closed {
+            s.state = State::Closed;
+            s.window_start = now;
+            s.calls = 0;
+            s.failures = 0;
+        }
+        s.consecutive = 0;
+        self.count(&mut s, now, false);
+    }
+
+    /// The call failed or timed out; `permit` is what [`permit`](Self::permit) said for it.
+    /// Only a failed probe prolongs an open breaker (doubling the cool-down, up to the cap):
+    /// calls that were already out when it opened fail late, and say nothing new.
+    pub(crate) fn failure(&self, now: u64, permit: Permit) {
+        let mut s = self.inner.lock();
+        match (s.state, permit) {
+            (State::Closed, _) => {
+                s.consecutive = s.consecutive.saturating_add(1);
+                self.count(&mut s, now, true);
+                let ratio_trips = s.calls >= self.config.min_calls
+                    && f64::from(s.failures) >= self.config.ratio * f64::from(s.calls);
+                if s.consecutive >= self.config.consecutive || ratio_trips {
+                    self.open(&mut s, now, self.config.open_min);
+                }
+            }
+            (State::HalfOpen { next, .. }, Permit::Probe) => {
+                let next = next.saturating_mul(2).min(self.config.open_max);
+                self.open(&mut s, now, next);
+            }
+            _ => {}
+        }
+    }
+
+    /// How many times the breaker has opened.
+    pub(crate) fn opened(&self) -> u64 {
+        self.inner.lock().opened
+    }
+
+    /// `true` unless the breaker is closed.
+    pub(crate) fn is_open(&self) -> bool {
+        self.inner.lock().state != State::Closed
+    }
+
+    fn open(&self, s: &mut Inner, now: u64, cool: u64) {
+        if matches!(s.state, State::Closed) {
+            s.opened += 1;
+        }
+        let wait = jitter(&mut s.rng, cool);
+        s.state = State::Open {
+            until: now.saturating_add(wait),
+            next: cool,
+        };
+        s.consecutive = 0;
+    }
+
+    fn count(&self, s: &mut Inner, now: u64, failed: bool) {
+        if now.saturating_sub(s.window_start) >= self.config.window {
+            s.window_start = now;
+            s.calls = 0;
+            s.failures = 0;
+        }
+        s.calls = s.calls.saturating_add(1);
+        s.failures = s.failures.saturating_add(u32::from(failed));
+    }
+}
+
+/// `d` scaled by a factor drawn uniformly from [0.5, 1.5) (xorshift64*; the seed is random
+/// per breaker, so instances started together draw differently).
+fn jitter(rng: &mut u64, d: u64) -> u64 {
+    let mut x = *rng;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *rng = x;
+    let r = x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11; // 53 random bits
+    let f = 0.5 + (r as f64) / (1u64 << 53) as f64;
+    // d ≤ u64::MAX and f < 1.5: the product may exceed u64, which `as` saturates.
+    ((d as f64) * f) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    fn config() -> BreakerConfig {
+        BreakerConfig::new()
+            .consecutive_failures(3)
+            .error_ratio(0.5, 10)
+            .open_for(Duration::from_millis(100), Duration::from_millis(400))
+    }
+
+    #[test]
+    fn opens_after_consecutive_failures_then_probes_once() {
+        let b = Breaker::new(config());
+        for _ in 0..2 {
+            b.failure(0, Permit::Call);
+        }
+        assert_eq!(b.permit(0), Permit::Call);
+        b.failure(0, Permit::Call);
+        assert_eq!(b.permit(0), Permit::Reject);
+        assert_eq!(
+            b.permit(49 * MS),
+            Permit::Reject,
+            "at least half the cool-down"
+        );
+        // After at most 1.5 × 100 ms: one probe, then nothing until it reports.
+        assert_eq!(b.permit(150 * MS), Permit::Probe);
+        assert_eq!(b.permit(151 * MS), Permit::Reject);
+        b.success(152 * MS);
+        assert_eq!(b.permit(152 * MS), Permit::Call);
+        assert_eq!(b.opened(), 1);
+    }
+
+    #[test]
+    fn failed_probes_double_the_cool_down_up_to_the_cap() {
+        let b = Breaker::new(config());
+        for _ in 0..3 {
+            b.failure(0, Permit::Call);
+        }
+        let mut now = 0;
+        let mut waits = Vec::new();
+        for _ in 0..5 {
+            let start = now;
+            while b.permit(now) != Permit::Probe {
+                now += MS;
+            }
+            waits.push(now - start);
+            b.failure(now, Permit::Probe);
+        }
+        // Cool-downs of 100, 200, 400, 400, 400 ms, each jittered to [0.5, 1.5).
+        for (w, base) in waits.iter().zip([100, 200, 400, 400, 400]) {
+            assert!(
+                *w >= base * MS / 2 && *w <= base * MS * 3 / 2 + MS,
+                "{waits:?}"
+            );
+        }
+        assert_eq!(b.opened(), 1, "one opening, however many failed probes");
+    }
+
+    #[test]
+    fn opens_on_the_error_ratio() {
+        let b = Breaker::new(config());
+        for i in 0..10 {
+            if i % 2 == 1 {
+                b.failure(i, Permit::Call);
+            } else {
+                b.success(i);
+            }
+        }
+        assert_eq!(
+            b.permit(10),
+            Permit::Reject,
+            "5 of 10 failed, never 2 in a row"
+        );
+    }
+
+    #[test]
+    fn late_failures_of_calls_made_while_closed_do_not_prolong_it() {
+        let b = Breaker::new(config());
+        for _ in 0..20 {
+            b.failure(0, Permit::Call);
+        }
+        assert_eq!(
+            b.permit(150 * MS),
+            Permit::Probe,
+            "still the first cool-down"
+        );
+    }
+
+    #[test]
+    fn a_lost_probe_does_not_keep_it_open_forever() {
+        let b = Breaker::new(config());
+        for _ in 0..3 {
+            b.failure(0, Permit::Call);
+        }
+        assert_eq!(b.permit(200 * MS), Permit::Probe);
+        // The probe's caller was cancelled: it never reports. Another probe goes later.
+        assert_eq!(b.permit(220 * MS), Permit::Reject);
+        assert_eq!(b.permit(400 * MS), Permit::Probe);
+    }
+}

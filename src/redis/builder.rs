@@ -1,0 +1,299 @@
+//! [`SharedRateLimiterBuilder`] and [`FailurePolicy`].
+
+use core::fmt;
+use core::time::Duration;
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+
+use super::breaker::{Breaker, BreakerConfig};
+use super::cache::DenyCache;
+use super::error::BackendError;
+use super::key;
+use super::limit::Limit;
+use super::limiter::{Inner, Policy, SharedRateLimiter};
+use super::script::GcraScript;
+use super::stats::Counters;
+use crate::engine::clock::Clock;
+use crate::engine::gcra::Per;
+use crate::engine::quota::Quota;
+use crate::limiter::keyed::KeyedRateLimiter;
+
+/// What a check answers when Redis cannot: it is down, slower than the deadline, or the
+/// breaker is open. Every such verdict says so, and is counted in
+/// [`SharedStats`](crate::SharedStats).
+///
+/// | policy | allowed | refused |
+/// |---|---|---|
+/// | `Local` (default) | [`PassThrough`](crate::Verdict::PassThrough) with [`PassReason::BackendUnavailable`](crate::PassReason::BackendUnavailable) and shadow [`Shadow::Allow`](crate::Shadow::Allow) (the local share's verdict) | [`Deny`](crate::Verdict::Deny) with [`DenyReason::LocalShare`](crate::DenyReason::LocalShare) and the local retry-after |
+/// | `Open` | [`PassThrough`](crate::Verdict::PassThrough) with [`PassReason::BackendUnavailable`](crate::PassReason::BackendUnavailable) and shadow [`Shadow::Unknown`](crate::Shadow::Unknown) | never |
+/// | `Closed` | never | [`Deny`](crate::Verdict::Deny) with [`DenyReason::BackendUnavailable`](crate::DenyReason::BackendUnavailable), retry-after the breaker's first cool-down |
+///
+/// ```
+/// use tollgate::FailurePolicy;
+/// assert_eq!(FailurePolicy::default(), FailurePolicy::Local);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum FailurePolicy {
+    /// Enforce this node's share of each limit locally (see
+    /// [`local_share`](SharedRateLimiterBuilder::local_share)).
+    #[default]
+    Local,
+    /// Let everything through, visibly.
+    Open,
+    /// Refuse everything.
+    Closed,
+}
+
+/// Builds a [`SharedRateLimiter`]; see [`SharedRateLimiter::builder`].
+#[must_use = "call .build() to get the limiter"]
+pub struct SharedRateLimiterBuilder {
+    url: String,
+    prefix: String,
+    limits: Vec<(String, Quota)>,
+    clock: Option<Clock>,
+    deadline: Duration,
+    min_ttl: Option<Duration>,
+    breaker: BreakerConfig,
+    failure: FailurePolicy,
+    share: f64,
+    local_max_keys: usize,
+    deny_cache: usize,
+}
+
+impl fmt::Debug for SharedRateLimiterBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SharedRateLimiterBuilder")
+            .field("prefix", &self.prefix)
+            .field("limits", &self.limits)
+            .field("client_clock", &self.clock.is_some())
+            .field("deadline", &self.deadline)
+            .field("failure", &self.failure)
+            .field("share", &self.share)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The default per-call deadline: 20 ms.
+pub const DEFAULT_DEADLINE: Duration = Duration::from_millis(20);
+
+impl SharedRateLimiterBuilder {
+    pub(crate) fn new(quota: Quota, url: &str) -> Self {
+        Self {
+            url: url.to_owned(),
+            prefix: "tollgate".to_owned(),
+            limits: vec![("default".to_owned(), quota)],
+            clock: None,
+            deadline: DEFAULT_DEADLINE,
+            min_ttl: None,
+            breaker: BreakerConfig::default(),
+            failure: FailurePolicy::default(),
+            share: 1.0,
+            local_max_keys: 1 << 16,
+            deny_cache: 4096,
+        }
+    }
+
+    /// The first part of every key (default `"tollgate"`): 1 to 64 bytes without `{` or `}`.
+    /// Instances that share limits use the same prefix.
+    pub fn prefix(mut self, prefix: &str) -> Self {
+        prefix.clone_into(&mut self.prefix);
+        self
+    }
+
+    /// The policy name of the main limit (default `"default"`), the second part of its keys.
+    /// It is not versioned: a reload that changes the quota keeps every customer's state.
+    pub fn policy(mut self, name: &str) -> Self {
+        name.clone_into(&mut self.limits[0].0);
+        self
+    }
+
+    /// Another limit that every check of a customer must also pass, in the same script call
+    /// (all or nothing): `"100/s"` and `"10000/d"` for the same customer, say.
+    pub fn limit(mut self, policy: &str, quota: Quota) -> Self {
+        self.limits.push((policy.to_owned(), quota));
+        self
+    }
+
+    /// Decide on this clock instead of the server's `TIME`: the client passes its reading (µs)
+    /// to the script. Every instance sharing a prefix must then read the same time base — a
+    /// [`ManualClock`](crate::ManualClock) shared by a test's limiters, or a
+    /// [`Clock::from_fn`] reading wall time since the Unix epoch. Without it the server's
+    /// clock decides, which needs no agreement between instances.
+    pub fn clock(mut self, clock: impl Into<Clock>) -> Self {
+        self.clock = Some(clock.into());
+        self
+    }
+
+    /// The least TTL a key is written with (default: none on the server's clock, 60 s with a
+    /// client clock). A key expires when its cell is full again, `tat − now` after the write
+    /// — in the *server's* time. A client clock need not run at the server's pace (a
+    /// [`ManualClock`](crate::ManualClock) does not run at all), so with one a key is kept at
+    /// least this long, lest it expire while the client's time says it is still in use.
+    pub fn min_ttl(mut self, ttl: Duration) -> Self {
+        self.min_ttl = Some(ttl);
+        self
+    }
+
+    /// The longest a check waits for Redis (default 20 ms), a `NOSCRIPT` reload included;
+    /// past it the check answers by the [`FailurePolicy`].
+    pub fn deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = deadline;
+        self
+    }
+
+    /// When the circuit breaker opens and for how long (see [`BreakerConfig`]).
+    pub fn breaker(mut self, breaker: BreakerConfig) -> Self {
+        self.breaker = breaker;
+        self
+    }
+
+    /// What to answer when Redis cannot (default [`FailurePolicy::Local`]).
+    pub fn failure_policy(mut self, policy: FailurePolicy) -> Self {
+        self.failure = policy;
+        self
+    }
+
+    /// This node's share of each limit under [`FailurePolicy::Local`], in `(0, 1]` (default
+    /// 1: each node alone enforces the whole limit, so N nodes together admit up to N times
+    /// it while Redis is away). With N gateways behind a balancer, `1.0 / N` keeps the sum.
+    pub fn local_share(mut self, share: f64) -> Self {
+        self.share = share;
+        self
+    }
+
+    /// How many keys the local fallback tracks per limit (default 2^16).
+    pub fn local_max_keys(mut self, max_keys: usize) -> Self {
+        self.local_max_keys = max_keys;
+        self
+    }
+
+    /// How many denied keys the local deny cache remembers (default 4096; 0 turns it off).
+    pub fn deny_cache(mut self, capacity: usize) -> Self {
+        self.deny_cache = capacity;
+        self
+    }
+
+    /// Builds the limiter. It connects lazily, so Redis need not be up yet: until it is,
+    /// checks answer by the failure policy.
+    ///
+    /// # Errors
+    ///
+    /// [`BackendError::InvalidName`], [`BackendError::DuplicatePolicy`],
+    /// [`BackendError::InvalidShare`], [`BackendError::InvalidSetting`] for bad settings,
+    /// [`BackendError::Client`] for a URL that does not parse, [`BackendError::NoRuntime`]
+    /// outside a tokio runtime.
+    pub fn build(self) -> Result<SharedRateLimiter, BackendError> {
+        if !key::valid_name(&self.prefix) {
+            return Err(BackendError::InvalidName {
+                what: "prefix",
+                name: self.prefix,
+            });
+        }
+        for (i, (name, _)) in self.limits.iter().enumerate() {
+            if !key::valid_name(name) {
+                return Err(BackendError::InvalidName {
+                    what: "policy",
+                    name: name.clone(),
+                });
+            }
+            if self.limits[..i].iter().any(|(n, _)| n == name) {
+                return Err(BackendError::DuplicatePolicy(name.clone()));
+            }
+        }
+        if !(self.share > 0.0 && self.share <= 1.0) {
+            return Err(BackendError::InvalidShare(self.share));
+        }
+        if self.deadline.is_zero() {
+            return Err(BackendError::InvalidSetting(
+                "the deadline must be above zero",
+            ));
+        }
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(BackendError::NoRuntime);
+        }
+        let client = redis::Client::open(self.url.as_str()).map_err(BackendError::Client)?;
+        // Reconnects are paced by the breaker (only probes call while it is open), and each
+        // reconnect tries twice with a short backoff: no storm when the server comes back.
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(1)))
+            .set_number_of_retries(1)
+            .set_min_delay(Duration::from_millis(50))
+            .set_max_delay(Duration::from_secs(1));
+        let con = ConnectionManager::new_lazy_with_config(client, config)
+            .map_err(BackendError::Client)?;
+        let local_clock = self.clock.clone().unwrap_or_default();
+        let default_ttl = match self.clock {
+            Some(_) => Duration::from_secs(60),
+            None => Duration::ZERO,
+        };
+        // At most 2^40 ms (35 years), within the script's range.
+        let min_ttl_ms = u64::try_from(self.min_ttl.unwrap_or(default_ttl).as_millis())
+            .unwrap_or(u64::MAX)
+            .min(1 << 40);
+        let policies = self
+            .limits
+            .iter()
+            .map(|(name, quota)| Policy {
+                name: name.clone(),
+                head: key::head(&self.prefix, name),
+                local: (self.failure == FailurePolicy::Local).then(|| {
+                    KeyedRateLimiter::builder(local_quota(quota, self.share))
+                        .clock(local_clock.clone())
+                        .max_keys(self.local_max_keys)
+                        .build()
+                }),
+            })
+            .collect();
+        let limits = self
+            .limits
+            .iter()
+            .map(|(_, q)| (*q, Limit::of(q)))
+            .collect();
+        Ok(SharedRateLimiter {
+            inner: Arc::new(Inner {
+                con,
+                script: GcraScript::new(),
+                prefix: self.prefix,
+                policies,
+                limits: RwLock::new(limits),
+                clock: self.clock,
+                local_clock,
+                deadline: self.deadline,
+                min_ttl_ms,
+                retry_closed: self.breaker.first_cool_down(),
+                breaker: Breaker::new(self.breaker),
+                failure: self.failure,
+                share: self.share,
+                cache: DenyCache::new(self.deny_cache),
+                counters: Counters::default(),
+            }),
+        })
+    }
+}
+
+/// `q` scaled to `share`: the rate written per day (the finest count a quota string can
+/// carry), the rate and the burst both times `share`, rounded down but never to 0. A share of
+/// 1 is `q` itself; a scaled quota the parser refuses (faster than one request per ns) keeps `q`.
+pub(crate) fn local_quota(q: &Quota, share: f64) -> Quota {
+    if share >= 1.0 {
+        return *q;
+    }
+    let day = 86_400_000_000_000f64;
+    // Per day: requests are day/T' with the exact rate C/P; bytes are day·den/num (num/den ns
+    // per byte). Float to integer `as` saturates.
+    let per_day = match q.params().per {
+        Per::Request { .. } => day / q.period().as_nanos() as f64 * q.count() as f64,
+        Per::Byte { num, den } => day * den as f64 / num as f64,
+    };
+    let count = ((per_day * share) as u64).max(1);
+    let burst = ((q.burst() as f64 * share) as u64).max(1);
+    let text = if q.is_bytes() {
+        format!("{count}B/d;burst={burst}B")
+    } else {
+        format!("{count}/d;burst={burst}")
+    };
+    text.parse().unwrap_or(*q)
+}

@@ -1,0 +1,68 @@
+//! [`BackendError`]: what a shared check or its builder reports as an error. A denial is a
+//! verdict, and a backend fault becomes the failure policy's verdict; errors are caller
+//! mistakes and bad configuration.
+
+use crate::engine::error::{InsufficientCapacity, Quoted};
+
+/// A shared check (or building a [`SharedRateLimiter`](crate::SharedRateLimiter)) that could
+/// not be carried out.
+///
+/// Redis being slow or down is *not* an error: the check returns the verdict of the
+/// [`FailurePolicy`](crate::FailurePolicy), which says so. Errors are what retrying cannot fix.
+///
+/// ```
+/// use tollgate::{BackendError, SharedRateLimiter};
+///
+/// let err = SharedRateLimiter::builder("10/s".parse()?, "redis://127.0.0.1:1/")
+///     .prefix("bad{prefix")
+///     .build()
+///     .unwrap_err();
+/// assert!(matches!(err, BackendError::InvalidName { .. }));
+/// assert_eq!(err.to_string(), r#"invalid prefix "bad{prefix": names are 1 to 64 bytes without '{' or '}'"#);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BackendError {
+    /// The cost exceeds the burst of one of the limits (never retryable).
+    #[error(transparent)]
+    InsufficientCapacity(#[from] InsufficientCapacity),
+    /// A key longer than [`MAX_KEY_BYTES`](crate::SharedRateLimiter::MAX_KEY_BYTES).
+    #[error("key of {len} bytes is longer than the limit of {max} bytes")]
+    KeyTooLong {
+        /// The key's length in bytes.
+        len: usize,
+        /// The largest length accepted.
+        max: usize,
+    },
+    /// A prefix or policy name that would break the key layout `prefix:policy:{customer}`.
+    #[error("invalid {what} {}: names are 1 to 64 bytes without '{{' or '}}'", Quoted(.name))]
+    InvalidName {
+        /// `"prefix"` or `"policy"`.
+        what: &'static str,
+        /// The name as given.
+        name: String,
+    },
+    /// Two limits with the same policy name (they would share one key).
+    #[error("duplicate policy {}", Quoted(.0))]
+    DuplicatePolicy(String),
+    /// No limit of that policy name.
+    #[error("unknown policy {}", Quoted(.0))]
+    UnknownPolicy(String),
+    /// A local share outside `(0, 1]`.
+    #[error("local share {0} is not in (0, 1]")]
+    InvalidShare(f64),
+    /// A setting outside its range (a zero deadline, a zero breaker threshold, …).
+    #[error("invalid setting: {0}")]
+    InvalidSetting(&'static str),
+    /// `build` was called outside a tokio runtime (the client needs one to reconnect).
+    #[error("no tokio runtime: build the shared limiter inside one")]
+    NoRuntime,
+    /// The Redis URL does not parse, or the client could not be set up.
+    #[error("redis client: {0}")]
+    Client(#[source] redis::RedisError),
+    /// The script answered something it never answers (a script of another version under
+    /// the same prefix, or a proxy in between); the check is not decided.
+    #[error("unexpected reply from the redis script: {0}")]
+    Protocol(String),
+}

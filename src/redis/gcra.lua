@@ -1,0 +1,129 @@
+-- tollgate's GCRA step on Redis: one call decides one check against every limit it names,
+-- all or nothing. Vocabulary as in src/engine/gcra.rs, in microseconds: `tat` (theoretical
+-- arrival time), `w` (the weight of the check), `tau` (the tolerance).
+--
+-- KEYS[i]     the cell of limit i (all in one hash slot: the caller uses one hash tag).
+-- ARGV[1]     now in µs (the client's clock), or "" to read the server's TIME.
+-- ARGV[2]     "1" to charge the check (write the new TATs on allow), "0" to evaluate only.
+-- ARGV[3]     the least PX TTL in ms (0 on server time; with a client clock, whose pace need
+--             not be the server's, a floor that keeps keys until the client's time catches up).
+-- ARGV[2i+2]  w_i, ARGV[2i+3] tau_i: integers, 0 <= w_i <= tau_i <= 2^50.
+--
+-- A cell's value is "tat:tau", the TAT and the tolerance it was written under. When the
+-- tolerance changed, the cell first keeps its fill level: tat' = now + ceil(a * tau / tau_old)
+-- with a = min(tat - now, tau_old). Then the clamp tat <= now + tau, then the step: allowed iff
+-- max(tat, now) + w - now <= tau for every cell.
+--
+-- Writes: on allow (when charging), each cell of non-zero weight gets its new TAT, with a PX
+-- TTL of tat - now (rounded up to whole ms), so an idle cell expires when it is full again.
+-- A cell whose value the rescale or the clamp changed is written back even on a denial or an
+-- evaluation (once per change), so every later step starts from the same state. A steady
+-- denial writes nothing.
+--
+-- Exactness: Lua numbers are doubles, exact for integers below 2^53. now <= 2^52 (checked),
+-- tau, w <= 2^50 (checked), so tat <= now + tau + w < 2^53, and every sum below stays under
+-- 2^52 + 2^51. The rescale's product is up to 2^100: muldiv_ceil keeps every intermediate
+-- under 2^51 (see there). Values are written with "%.0f", which prints an integral double
+-- exactly (tostring would print 14 significant digits).
+--
+-- Reply: {code, now, ahead_1, ..., ahead_n, corrupt} where code is 0 (conforms), 1 (does not),
+-- 2 (clock out of range: now > 2^52 or not an integer) and 3 (bad arguments); ahead_i =
+-- max(tat_i, now) + w_i - now, from which the caller derives remaining, reset and retry-after;
+-- corrupt counts the cells whose value could not be read (treated as empty and overwritten).
+
+local MAX_NOW = 4503599627370496 -- 2^52 µs: 142 years after the Unix epoch
+local MAX_TAU = 1125899906842624 -- 2^50 µs: 35.7 years
+
+local function int_in(x, lo, hi)
+  return x ~= nil and x == math.floor(x) and x >= lo and x <= hi
+end
+
+-- ceil(a * b / d) for integers 0 <= a <= d, 1 <= b, d <= 2^50, exactly. Binary long
+-- multiplication with the remainder kept reduced: the invariant is P = q*d + r, 0 <= r < d,
+-- where P is a * (the bits of b read so far). Doubling gives 2r < 2d (one subtraction brings it
+-- back under d), adding a <= d gives r + a < 2d; q <= a*b/d <= b. Every value stays < 2^51.
+local function muldiv_ceil(a, b, d)
+  local bits, n, x = {}, 0, b
+  while x > 0 do
+    local bit = x % 2
+    n = n + 1
+    bits[n] = bit
+    x = (x - bit) / 2
+  end
+  local q, r = 0, 0
+  for i = n, 1, -1 do
+    q, r = q * 2, r * 2
+    if r >= d then q, r = q + 1, r - d end
+    if bits[i] == 1 then
+      r = r + a
+      if r >= d then q, r = q + 1, r - d end
+    end
+  end
+  if r > 0 then q = q + 1 end
+  return q
+end
+
+-- The stored TAT and tolerance, or nil if the value is missing or unreadable.
+local function load(key)
+  local raw = redis.pcall('GET', key)
+  if raw == false or raw == nil then return nil, nil, false end
+  if type(raw) ~= 'string' then return nil, nil, true end -- an error reply: another type
+  local t, u = string.match(raw, '^(%d+):(%d+)$')
+  local tat, tau_old = tonumber(t), tonumber(u)
+  if not int_in(tat, 0, MAX_NOW + 2 * MAX_TAU) or not int_in(tau_old, 1, MAX_TAU) then
+    return nil, nil, true
+  end
+  return tat, tau_old, false
+end
+
+local min_ttl = tonumber(ARGV[3]) or 0
+
+local function store(key, tat, tau, now)
+  local ttl = math.max(math.ceil((tat - now) / 1000), min_ttl)
+  redis.call('SET', key, string.format('%.0f:%.0f', tat, tau), 'PX', ttl)
+end
+
+if redis.replicate_commands then redis.replicate_commands() end -- Redis < 5: TIME, then writes
+
+local now
+if ARGV[1] == '' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+else
+  now = tonumber(ARGV[1])
+end
+if not int_in(now, 0, MAX_NOW) then return {2, 0} end
+local charge = ARGV[2] == '1'
+local n = #KEYS
+if #ARGV ~= 3 + 2 * n or not int_in(min_ttl, 0, MAX_TAU) then return {3, now} end
+
+local cells, conforms, corrupt = {}, true, 0
+for i = 1, n do
+  local w, tau = tonumber(ARGV[2 + 2 * i]), tonumber(ARGV[3 + 2 * i])
+  if not int_in(tau, 1, MAX_TAU) or not int_in(w, 0, tau) then return {3, now} end
+  local stored, tau_old, bad = load(KEYS[i])
+  if bad then corrupt = corrupt + 1 end
+  local tat = stored or 0
+  if stored and tau_old ~= tau and tat > now then
+    tat = now + muldiv_ceil(math.min(tat - now, tau_old), tau, tau_old)
+  end
+  tat = math.min(tat, now + tau)
+  local ahead = math.max(tat, now) - now + w
+  if ahead > tau then conforms = false end
+  -- Write back a rescale, a lowering clamp, or a corrupt value (then `stored` is nil).
+  local fix = tat > now and (stored ~= tat or tau_old ~= tau)
+  cells[i] = {w = w, tau = tau, tat = tat, ahead = ahead, fix = fix}
+end
+
+local reply = {conforms and 0 or 1, now}
+for i = 1, n do
+  local c = cells[i]
+  if conforms and charge and c.w > 0 then
+    store(KEYS[i], now + c.ahead, c.tau, now)
+  elseif c.fix then
+    store(KEYS[i], c.tat, c.tau, now)
+  end
+  reply[2 + i] = c.ahead
+end
+reply[n + 3] = corrupt
+return reply

@@ -1,0 +1,14 @@
+//! Beyond one machine (feature `redis`): [`SharedRateLimiter`](crate::SharedRateLimiter), a
+//! GCRA in one Lua script per check, behind a per-call deadline, a circuit breaker, a local
+//! deny cache and a failure policy. Uses the engine (quotas, verdicts, clocks) and the
+//! in-memory keyed limiter (the local fallback).
+
+pub(crate) mod breaker;
+pub(crate) mod builder;
+pub(crate) mod cache;
+pub(crate) mod error;
+pub(crate) mod key;
+pub(crate) mod limit;
+pub(crate) mod limiter;
+pub(crate) mod script;
+pub(crate) mod stats;

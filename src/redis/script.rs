@@ -1,0 +1,135 @@
+//! The Lua GCRA (`gcra.lua`) and one call of it: `EVALSHA`, and on `NOSCRIPT` (a restarted
+//! server, a `SCRIPT FLUSH`, a failover) `SCRIPT LOAD` and `EVALSHA` again, transparently.
+
+use redis::aio::ConnectionManager;
+use redis::{ErrorKind, RedisError, ServerErrorKind};
+
+/// The script's source.
+pub(crate) const SOURCE: &str = include_str!("gcra.lua");
+
+/// One call: the keys, the clock reading (`None`: the server's `TIME`), whether to charge,
+/// and per key the weight and τ (µs).
+#[derive(Debug)]
+pub(crate) struct Call<'a> {
+    pub(crate) keys: &'a [Vec<u8>],
+    pub(crate) now: Option<u64>,
+    pub(crate) charge: bool,
+    /// The least PX TTL, in ms.
+    pub(crate) min_ttl_ms: u64,
+    pub(crate) limits: &'a [(u64, u64)],
+}
+
+/// What the script answered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Reply {
+    /// Conforms (code 0) or not (code 1), at `now` µs, with `ahead_i = max(tat_i, now) + w_i −
+    /// now` per key, and how many values were unreadable.
+    Decided {
+        conforms: bool,
+        now: u64,
+        aheads: Vec<u64>,
+        corrupt: u64,
+    },
+    /// The clock reading was out of range (code 2).
+    ClockOutOfRange,
+}
+
+/// The script and its SHA1.
+#[derive(Debug)]
+pub(crate) struct GcraScript {
+    script: redis::Script,
+}
+
+impl GcraScript {
+    pub(crate) fn new() -> Self {
+        Self {
+            script: redis::Script::new(SOURCE),
+        }
+    }
+
+    /// The SHA1 that `EVALSHA` names.
+    pub(crate) fn hash(&self) -> &str {
+        self.script.get_hash()
+    }
+
+    /// Runs the call; `reloaded` is set when the server had lost the script.
+    pub(crate) async fn run(
+        &self,
+        con: &mut ConnectionManager,
+        call: &Call<'_>,
+        reloaded: &mut bool,
+    ) -> Result<Result<Reply, String>, RedisError> {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(self.hash()).arg(call.keys.len());
+        for k in call.keys {
+            cmd.arg(&k[..]);
+        }
+        match call.now {
+            Some(now) => cmd.arg(now),
+            None => cmd.arg(""),
+        };
+        cmd.arg(if call.charge { "1" } else { "0" });
+        cmd.arg(call.min_ttl_ms);
+        for &(w, tau) in call.limits {
+            cmd.arg(w).arg(tau);
+        }
+        let raw: Vec<i64> = match cmd.query_async(con).await {
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                *reloaded = true;
+                redis::cmd("SCRIPT")
+                    .arg("LOAD")
+                    .arg(SOURCE)
+                    .query_async::<String>(con)
+                    .await?;
+                cmd.query_async(con).await?
+            }
+            other => other?,
+        };
+        Ok(parse(&raw, call.keys.len()))
+    }
+}
+
+/// Reads the script's reply: `{code, now, ahead_1..ahead_n, corrupt}`.
+fn parse(raw: &[i64], n: usize) -> Result<Reply, String> {
+    let unsigned = |x: i64| u64::try_from(x).map_err(|_| format!("negative value {x}"));
+    match raw {
+        [2, ..] => Ok(Reply::ClockOutOfRange),
+        [code @ (0 | 1), now, rest @ ..] if rest.len() == n + 1 => {
+            let aheads = rest[..n]
+                .iter()
+                .map(|&a| unsigned(a))
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(Reply::Decided {
+                conforms: *code == 0,
+                now: unsigned(*now)?,
+                aheads,
+                corrupt: unsigned(rest[n])?,
+            })
+        }
+        [3, ..] => Err("the script refused its arguments".to_owned()),
+        other => Err(format!("{} values for {n} keys", other.len())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replies_are_read_strictly() {
+        assert_eq!(
+            parse(&[0, 5, 7, 0], 1),
+            Ok(Reply::Decided {
+                conforms: true,
+                now: 5,
+                aheads: vec![7],
+                corrupt: 0
+            })
+        );
+        assert_eq!(parse(&[2, 0], 1), Ok(Reply::ClockOutOfRange));
+        assert!(parse(&[0, 5, 7], 1).is_err(), "too short");
+        assert!(parse(&[1, 5, -7, 0], 1).is_err(), "negative");
+        assert!(parse(&[3, 5], 1).is_err());
+        assert!(parse(&[9, 5, 7, 0], 1).is_err());
+    }
+}

@@ -1,0 +1,116 @@
+//! [`SharedStats`]: what a shared limiter did, fallbacks included, as a metrics exporter
+//! reads it.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Counts of a [`SharedRateLimiter`](crate::SharedRateLimiter)'s checks and of its calls to
+/// Redis. Every check is counted once by how it was decided; every fallback verdict is
+/// counted by the policy that gave it.
+///
+/// ```
+/// use tollgate::SharedStats;
+///
+/// let s = SharedStats::default();
+/// assert_eq!((s.total(), s.fallbacks()), (0, 0));
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct SharedStats {
+    /// Allowed by Redis.
+    pub allowed: u64,
+    /// Denied by Redis (over quota).
+    pub denied: u64,
+    /// Denied from the local deny cache, with no round trip.
+    pub denied_cached: u64,
+    /// Denied before any call: the client clock read past the script's range.
+    pub denied_clock_overflow: u64,
+    /// Fallback (`FailurePolicy::Local`): allowed by this node's share.
+    pub fallback_local_allowed: u64,
+    /// Fallback (`FailurePolicy::Local`): denied by this node's share.
+    pub fallback_local_denied: u64,
+    /// Fallback (`FailurePolicy::Open`): passed through.
+    pub fallback_open: u64,
+    /// Fallback (`FailurePolicy::Closed`): denied.
+    pub fallback_closed: u64,
+    /// Calls to Redis that ran past the deadline.
+    pub timeouts: u64,
+    /// Calls to Redis that failed (connection refused or lost, a server error).
+    pub errors: u64,
+    /// Checks not sent because the breaker was open.
+    pub breaker_rejected: u64,
+    /// Times the breaker opened.
+    pub breaker_opened: u64,
+    /// Calls that found the script missing (`NOSCRIPT`) and loaded it again.
+    pub script_reloads: u64,
+    /// Values the script could not read (another type, garbage): treated as an empty cell
+    /// and overwritten on the next allow.
+    pub corrupt_values: u64,
+    /// Round trips to Redis (calls sent, whatever their outcome).
+    pub round_trips: u64,
+}
+
+impl SharedStats {
+    /// Every check counted.
+    pub fn total(&self) -> u64 {
+        self.allowed
+            + self.denied
+            + self.denied_cached
+            + self.denied_clock_overflow
+            + self.fallbacks()
+    }
+
+    /// Every fallback verdict, whatever the policy.
+    pub fn fallbacks(&self) -> u64 {
+        self.fallback_local_allowed
+            + self.fallback_local_denied
+            + self.fallback_open
+            + self.fallback_closed
+    }
+}
+
+/// The live counters behind [`SharedStats`]. Relaxed: tallies that order nothing.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub(crate) allowed: AtomicU64,
+    pub(crate) denied: AtomicU64,
+    pub(crate) denied_cached: AtomicU64,
+    pub(crate) denied_clock_overflow: AtomicU64,
+    pub(crate) fallback_local_allowed: AtomicU64,
+    pub(crate) fallback_local_denied: AtomicU64,
+    pub(crate) fallback_open: AtomicU64,
+    pub(crate) fallback_closed: AtomicU64,
+    pub(crate) timeouts: AtomicU64,
+    pub(crate) errors: AtomicU64,
+    pub(crate) breaker_rejected: AtomicU64,
+    pub(crate) script_reloads: AtomicU64,
+    pub(crate) corrupt_values: AtomicU64,
+    pub(crate) round_trips: AtomicU64,
+}
+
+/// Adds `n` to a counter.
+pub(crate) fn bump(c: &AtomicU64, n: u64) {
+    c.fetch_add(n, Ordering::Relaxed);
+}
+
+impl Counters {
+    pub(crate) fn snapshot(&self, breaker_opened: u64) -> SharedStats {
+        let r = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        SharedStats {
+            allowed: r(&self.allowed),
+            denied: r(&self.denied),
+            denied_cached: r(&self.denied_cached),
+            denied_clock_overflow: r(&self.denied_clock_overflow),
+            fallback_local_allowed: r(&self.fallback_local_allowed),
+            fallback_local_denied: r(&self.fallback_local_denied),
+            fallback_open: r(&self.fallback_open),
+            fallback_closed: r(&self.fallback_closed),
+            timeouts: r(&self.timeouts),
+            errors: r(&self.errors),
+            breaker_rejected: r(&self.breaker_rejected),
+            breaker_opened,
+            script_reloads: r(&self.script_reloads),
+            corrupt_values: r(&self.corrupt_values),
+            round_trips: r(&self.round_trips),
+        }
+    }
+}
