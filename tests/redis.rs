@@ -624,3 +624,71 @@ fn the_limiter_is_send_and_sync() {
     fn assert_both<T: Send + Sync>() {}
     assert_both::<SharedRateLimiter>();
 }
+
+/// A fault detector attached to a shared limiter: Redis's verdicts are recorded with their
+/// keys, and while the detector passes traffic through, quota denials pass (shadow deny) up to
+/// the ceiling — `factor` times the quota in all, never more — and the pass-through ends on time
+/// at low traffic, with enforcement back on Redis's state.
+#[test]
+fn a_fault_detector_passes_through_up_to_its_ceiling_and_ends_on_time() {
+    let Some(r) = redis("detector") else { return };
+    let clock = ManualClock::at(Duration::from_secs(10));
+    let detector = tollgate::FaultDetector::builder()
+        .clock(clock.clone())
+        .ceiling(Some(3))
+        .build();
+    let lim = {
+        let _guard = rt().enter();
+        SharedRateLimiter::builder(q("10/s;burst=5"), &r.url)
+            .prefix(&prefix("detector"))
+            .clock(clock.clone())
+            .deadline(Duration::from_secs(5))
+            .detector(detector.clone())
+            .build()
+            .unwrap()
+    };
+    let check = || rt().block_on(lim.check_key("k")).unwrap();
+    for _ in 0..5 {
+        assert!(matches!(check(), Verdict::Allow(_)));
+    }
+    let d = check().denied().expect("the burst is spent");
+    assert_eq!(d.reason(), DenyReason::Quota);
+    let seen = detector.stats();
+    assert_eq!(
+        (seen.allowed, seen.denied_quota),
+        (5, 1),
+        "Redis's verdicts are recorded"
+    );
+
+    detector.force_pass_through(tollgate::PassReason::Forced, Duration::from_secs(30));
+    // The ceiling is 3× the quota: 2 × the burst more, on this instance's ceiling cells.
+    for i in 0..10 {
+        match check() {
+            Verdict::PassThrough(p) => {
+                assert_eq!(p.reason(), tollgate::PassReason::Forced);
+                assert_eq!(p.shadow(), tollgate::Shadow::Deny, "check {i}");
+            }
+            other => panic!("check {i} during the pass-through: {other:?}"),
+        }
+    }
+    let beyond = check()
+        .denied()
+        .expect("the ceiling bounds the pass-through");
+    assert_eq!(beyond.reason(), DenyReason::Ceiling);
+    // A peek says what a check would: a pass-through, charging nothing.
+    assert!(rt().block_on(lim.peek_key("k")).unwrap().is_permitted());
+
+    // 30 s later, one check: the override has ended on time (no traffic needed to end it), and
+    // Redis's state was not charged by the pass-through: a full burst, enforced again.
+    clock.advance(Duration::from_secs(30));
+    for _ in 0..5 {
+        assert!(
+            matches!(check(), Verdict::Allow(_)),
+            "enforcing again, on a full cell"
+        );
+    }
+    assert_eq!(
+        check().denied().map(|d| d.reason()),
+        Some(DenyReason::Quota)
+    );
+}

@@ -12,13 +12,14 @@ use super::cache::DenyCache;
 use super::error::BackendError;
 use super::key;
 use super::limit::Limit;
-use super::limiter::{Inner, Policy, SharedRateLimiter};
+use super::limiter::{Inner, Policy, SharedRateLimiter, Watch};
 use super::script::GcraScript;
 use super::stats::Counters;
 use crate::engine::clock::Clock;
 use crate::engine::gcra::Per;
 use crate::engine::quota::Quota;
 use crate::limiter::keyed::KeyedRateLimiter;
+use crate::safety::fault::FaultDetector;
 
 /// What a check answers when Redis cannot: it is down, slower than the deadline, or the
 /// breaker is open. Every such verdict says so, and is counted in
@@ -61,6 +62,7 @@ pub struct SharedRateLimiterBuilder {
     share: f64,
     local_max_keys: usize,
     deny_cache: usize,
+    detector: Option<FaultDetector>,
 }
 
 impl fmt::Debug for SharedRateLimiterBuilder {
@@ -93,6 +95,7 @@ impl SharedRateLimiterBuilder {
             share: 1.0,
             local_max_keys: 1 << 16,
             deny_cache: 4096,
+            detector: None,
         }
     }
 
@@ -167,6 +170,34 @@ impl SharedRateLimiterBuilder {
     /// How many keys the local fallback tracks per limit (default 2^16).
     pub fn local_max_keys(mut self, max_keys: usize) -> Self {
         self.local_max_keys = max_keys;
+        self
+    }
+
+    /// Attaches a [`FaultDetector`] (incident 000): every verdict Redis decides for the main
+    /// limit is recorded with its key ([`FaultDetector::record_key`]), so a deny storm that the
+    /// limiter itself causes trips the detector like an in-memory limiter's would. While the
+    /// detector passes traffic through, a quota denial becomes a
+    /// [`PassThrough`](crate::Verdict::PassThrough) with the detector's reason and shadow
+    /// [`Shadow::Deny`](crate::Shadow::Deny), and an allow a pass-through with shadow
+    /// [`Shadow::Allow`](crate::Shadow::Allow) — bounded by the detector's ceiling, so a
+    /// pass-through never becomes a bypass: a key admits at most `factor` times its quota in all
+    /// (the extra `factor − 1` times counted on a local cell of this instance, so N instances
+    /// admit at most `1 + N·(factor − 1)` times it; [`DenyReason::Ceiling`](crate::DenyReason::Ceiling)
+    /// beyond). Fallback verdicts (Redis unreachable) are neither recorded nor changed: they say
+    /// so already. A peek during a pass-through reports it without consulting the ceiling.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{FaultDetector, PassReason, SharedRateLimiter};
+    /// let detector = FaultDetector::new();
+    /// let lim = SharedRateLimiter::builder("10/s".parse()?, "redis://127.0.0.1:6379/")
+    ///     .detector(detector.clone())
+    ///     .build()?;
+    /// detector.force_pass_through(PassReason::Forced, Duration::from_secs(30));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn detector(mut self, detector: FaultDetector) -> Self {
+        self.detector = Some(detector);
         self
     }
 
@@ -252,6 +283,23 @@ impl SharedRateLimiterBuilder {
             .iter()
             .map(|(_, q)| (*q, Limit::of(q)))
             .collect();
+        // The main limit is the first (the builder's quota).
+        let watch = match (self.detector, self.limits.first()) {
+            (Some(detector), Some((_, main))) => Some(Watch {
+                ceiling: KeyedRateLimiter::builder(scaled_quota(
+                    main,
+                    detector
+                        .shared()
+                        .ceiling()
+                        .map_or(1, |f| f.saturating_sub(1)),
+                ))
+                .clock(local_clock.clone())
+                .max_keys(self.local_max_keys)
+                .build(),
+                detector,
+            }),
+            _ => None,
+        };
         Ok(SharedRateLimiter {
             inner: Arc::new(Inner {
                 con,
@@ -269,9 +317,33 @@ impl SharedRateLimiterBuilder {
                 share: self.share,
                 cache: DenyCache::new(self.deny_cache),
                 counters: Counters::default(),
+                detector: watch,
             }),
         })
     }
+}
+
+/// `q` times `factor` (rate and burst; at least 1): the quota of the cells that bound a
+/// pass-through beyond the quota (`factor − 1` times it). Rounded down, as [`local_quota`]; a
+/// scaled quota the parser refuses keeps `q` (tighter, never looser).
+pub(crate) fn scaled_quota(q: &Quota, factor: u32) -> Quota {
+    let factor = u64::from(factor.max(1));
+    if factor == 1 {
+        return *q;
+    }
+    let day = 86_400_000_000_000f64;
+    let per_day = match q.params().per {
+        Per::Request { .. } => day / q.period().as_nanos() as f64 * q.count() as f64,
+        Per::Byte { num, den } => day * den as f64 / num as f64,
+    };
+    let count = ((per_day * factor as f64) as u64).max(1);
+    let burst = q.burst().saturating_mul(factor);
+    let text = if q.is_bytes() {
+        format!("{count}B/d;burst={burst}B")
+    } else {
+        format!("{count}/d;burst={burst}")
+    };
+    text.parse().unwrap_or(*q)
 }
 
 /// `q` scaled to `share`: the rate written per day (the finest count a quota string can

@@ -22,6 +22,7 @@ use crate::engine::error::InsufficientCapacity;
 use crate::engine::quota::Quota;
 use crate::engine::verdict::{Denied, DenyReason, PassReason, PassThrough, Shadow, Verdict};
 use crate::limiter::keyed::KeyedRateLimiter;
+use crate::safety::fault::FaultDetector;
 
 /// A rate limiter whose state lives in Redis, so that every instance of a service enforces
 /// one limit together: the keyed limiter's semantics (GCRA, exact retry-after, the fill level
@@ -114,6 +115,17 @@ pub(crate) struct Inner {
     pub(crate) share: f64,
     pub(crate) cache: DenyCache,
     pub(crate) counters: Counters,
+    /// The fault detector, if one is attached, with this instance's ceiling cells.
+    pub(crate) detector: Option<Watch>,
+}
+
+/// A fault detector watching a shared limiter, and the local cells that bound what it lets
+/// through beyond the quota (see [`SharedRateLimiterBuilder::detector`]).
+pub(crate) struct Watch {
+    pub(crate) detector: FaultDetector,
+    /// The main limit's quota times `factor − 1`, on this instance's clock: a shadow-denied
+    /// check of `n` units costs `n` here.
+    pub(crate) ceiling: KeyedRateLimiter<Vec<u8>>,
 }
 
 impl SharedRateLimiter {
@@ -166,7 +178,8 @@ impl SharedRateLimiter {
         &self,
         key: &Q,
     ) -> Result<Verdict, BackendError> {
-        self.decide(key.as_ref(), 1, true).await
+        let v = self.decide(key.as_ref(), 1, true).await?;
+        Ok(self.watch(key.as_ref(), 1, v, true))
     }
 
     /// Checks `check.units()` units for `key` against every limit. A cost of 0 reports what
@@ -193,7 +206,13 @@ impl SharedRateLimiter {
         key: &Q,
         check: Check,
     ) -> Result<Verdict, BackendError> {
-        self.decide(key.as_ref(), check.units(), true).await
+        let n = check.units();
+        let v = self.decide(key.as_ref(), n, true).await?;
+        Ok(if n == 0 {
+            v
+        } else {
+            self.watch(key.as_ref(), n, v, true)
+        })
     }
 
     /// What [`check_key`](Self::check_key) would say now, charging nothing. (The one write a
@@ -217,7 +236,8 @@ impl SharedRateLimiter {
         &self,
         key: &Q,
     ) -> Result<Verdict, BackendError> {
-        self.decide(key.as_ref(), 1, false).await
+        let v = self.decide(key.as_ref(), 1, false).await?;
+        Ok(self.watch(key.as_ref(), 1, v, false))
     }
 
     /// Changes the main limit's quota, live: no key is reset (keys carry no revision), and
@@ -347,6 +367,54 @@ impl SharedRateLimiter {
     /// The GCRA script's source.
     pub fn script_source() -> &'static str {
         super::script::SOURCE
+    }
+
+    /// With a detector attached: records what Redis decided for `key` (a charged check only)
+    /// and, while the detector passes traffic through, turns the verdict into a pass-through
+    /// bounded by the ceiling. Fallback verdicts stand as they are.
+    fn watch(&self, key: &[u8], n: u64, v: Verdict, charge: bool) -> Verdict {
+        let Some(w) = &self.inner.detector else {
+            return v;
+        };
+        let decided = match v {
+            Verdict::Allow(_) => true,
+            Verdict::Deny(d) => d.reason() == DenyReason::Quota,
+            _ => false,
+        };
+        if !decided {
+            return v;
+        }
+        if charge {
+            w.detector.record_key(key, &v);
+        }
+        let shared = w.detector.shared();
+        let Some(reason) = shared.pass_reason() else {
+            return v;
+        };
+        match v {
+            Verdict::Allow(_) => Verdict::PassThrough(PassThrough::new(reason, Shadow::Allow)),
+            Verdict::Deny(_) if !charge => {
+                Verdict::PassThrough(PassThrough::new(reason, Shadow::Deny))
+            }
+            Verdict::Deny(d) => {
+                let ceiling = |d: Denied| {
+                    Verdict::Deny(Denied::new(d.retry_after_nanos(), DenyReason::Ceiling))
+                };
+                let Some(factor) = shared.ceiling() else {
+                    return Verdict::PassThrough(PassThrough::new(reason, Shadow::Deny));
+                };
+                if factor <= 1 {
+                    return ceiling(d);
+                }
+                match w.ceiling.check_key_with(key, Check::cost(n)) {
+                    Ok(Verdict::Allow(_)) => {
+                        Verdict::PassThrough(PassThrough::new(reason, Shadow::Deny))
+                    }
+                    _ => ceiling(d),
+                }
+            }
+            other => other,
+        }
     }
 
     async fn decide(&self, key: &[u8], n: u64, charge: bool) -> Result<Verdict, BackendError> {
@@ -570,6 +638,7 @@ impl fmt::Debug for SharedRateLimiter {
             .field("deadline", &inner.deadline)
             .field("failure", &inner.failure)
             .field("breaker_open", &inner.breaker.is_open())
+            .field("detector", &inner.detector.is_some())
             .field("stats", &self.stats())
             .finish_non_exhaustive()
     }
