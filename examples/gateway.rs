@@ -2,13 +2,18 @@
 //!
 //! ```text
 //! cargo run --release --features tower --example gateway -- --listen 127.0.0.1:8080 --limits examples/limits/gateway.toml
+//! cargo run --release --features tower,metrics --example gateway -- --listen 127.0.0.1:8080 --limits examples/limits/gateway.toml
 //! ```
 //!
 //! It serves any path: the key is the `x-api-key` header (missing → `401` problem+json), the
 //! tier the `x-tier` header, the category the first path segment, the route the path.
 //! Allowed requests get `200` with the body `ok`; denied ones `429` with `Retry-After`,
-//! `RateLimit-Policy`, `RateLimit` and a problem body. The fault detector watches the
-//! limiters. `kill -HUP <pid>` (or saving the file: it is polled every second) reloads the
+//! `RateLimit-Policy`, `RateLimit` and a problem body. A request a limit passed through rather
+//! than judged (a shadow policy, a tripped fault detector) carries `x-tollgate-pass-through:
+//! POLICY; reason=REASON`. The fault detector watches the limiters. With the `metrics` feature,
+//! `GET /metrics` serves the Prometheus exposition text (every policy's verdict counts, the
+//! detector's mode, reloads) on the same address, outside the rate limit: scrapes are never
+//! limited and never counted. `kill -HUP <pid>` (or saving the file: it is polled every second) reloads the
 //! document; each reload prints one line.
 
 use std::net::SocketAddr;
@@ -16,9 +21,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use axum::http::{HeaderName, StatusCode};
+use axum::http::{HeaderName, HeaderValue, StatusCode};
+use axum::response::Response;
 use axum::Router;
-use tollgate::http::{HeaderKey, LayerError, OnMissingKey, RateLimitLayer};
+use tollgate::http::{HeaderKey, LayerError, OnMissingKey, PassedThrough, RateLimitLayer};
 use tollgate::{Clock, FaultDetector, Limits, LimitsHandle};
 
 /// The limits handle: the document, the clock, a fault detector on the same clock.
@@ -32,7 +38,26 @@ pub fn handle(limits: Limits, clock: Clock) -> Arc<LimitsHandle> {
     )
 }
 
-/// The gateway's router and its layer (for its counters).
+/// The header a passed-through response carries: `POLICY; reason=REASON`.
+pub const PASS_THROUGH: &str = "x-tollgate-pass-through";
+
+/// Shows the layer's pass-through marker (a response extension) to the client as a header.
+async fn mark_pass_through(mut res: Response) -> Response {
+    if let Some(p) = res.extensions().get::<PassedThrough>() {
+        let reason = match p.reason() {
+            Some(r) => format!("{r:?}"),
+            None => "source_failed".to_owned(),
+        };
+        // Policy names come from the limits document, which validation keeps to header-safe text.
+        if let Ok(v) = HeaderValue::from_str(&format!("{}; reason={reason}", p.policy())) {
+            res.headers_mut()
+                .insert(HeaderName::from_static(PASS_THROUGH), v);
+        }
+    }
+    res
+}
+
+/// The gateway's rate-limited router and its layer (for its counters).
 pub fn app(handle: Arc<LimitsHandle>) -> Result<(Router, RateLimitLayer), LayerError> {
     let layer = RateLimitLayer::builder()
         .key(HeaderKey::new(HeaderName::from_static("x-api-key")))
@@ -42,8 +67,45 @@ pub fn app(handle: Arc<LimitsHandle>) -> Result<(Router, RateLimitLayer), LayerE
         .build()?;
     let router = Router::new()
         .fallback(|| async { "ok" })
-        .layer(layer.clone());
+        .layer(layer.clone())
+        .layer(axum::middleware::map_response(mark_pass_through));
     Ok((router, layer))
+}
+
+/// `GET /metrics` in front of `limited`, outside its rate limit: each scrape publishes the
+/// registry's counts to the installed recorder, then renders them.
+#[cfg(feature = "metrics")]
+pub fn with_metrics(
+    limited: Router,
+    registry: tollgate::MetricsRegistry,
+    prometheus: metrics_exporter_prometheus::PrometheusHandle,
+) -> Router {
+    let scrape = move || async move {
+        registry.publish();
+        (
+            [(
+                axum::http::header::CONTENT_TYPE,
+                "text/plain; version=0.0.4",
+            )],
+            prometheus.render(),
+        )
+    };
+    Router::new()
+        .route("/metrics", axum::routing::get(scrape))
+        .fallback_service(limited)
+}
+
+/// Installs the Prometheus recorder as the process's global one (once per process), registers
+/// `handle` as `gateway` and puts `GET /metrics` in front of `limited`.
+#[cfg(feature = "metrics")]
+pub fn serve_metrics(
+    limited: Router,
+    handle: &Arc<LimitsHandle>,
+) -> Result<Router, Box<dyn std::error::Error>> {
+    let prometheus = metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder()?;
+    let registry = tollgate::MetricsRegistry::new();
+    registry.register_limits("gateway", handle)?;
+    Ok(with_metrics(limited, registry, prometheus))
 }
 
 /// Reloads `path` into `handle` and says how it went, in one line.
@@ -123,6 +185,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (listen, path) = args()?;
     let handle = handle(Limits::from_path(&path)?, Clock::monotonic());
     let (router, _layer) = app(Arc::clone(&handle))?;
+    #[cfg(feature = "metrics")]
+    let router = serve_metrics(router, &handle)?;
     let listener = tokio::net::TcpListener::bind(listen).await?;
     println!(
         "listening on {} with {} (revision {})",

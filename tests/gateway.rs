@@ -361,6 +361,20 @@ async fn the_example_binary_serves_and_reloads_on_sighup() {
     let r = get(addr, "/search/q", FREE).await;
     assert_eq!(r.status, 429);
     assert_eq!(r.header("retry-after"), Some("60"));
+    // Built with `metrics`, the binary serves `GET /metrics` outside the limit (no key, 200),
+    // with the verdicts it gave.
+    #[cfg(feature = "metrics")]
+    for _ in 0..3 {
+        let m = get(addr, "/metrics", &[]).await;
+        assert_eq!(m.status, 200);
+        let text = String::from_utf8(m.body).unwrap();
+        for (outcome, reason) in [("allow", "none"), ("deny", "quota")] {
+            let series = format!(
+                "tollgate_checks_total{{limiter=\"gateway\",policy=\"free-search\",outcome=\"{outcome}\",reason=\"{reason}\"}} 1\n"
+            );
+            assert!(text.contains(&series), "{series} not in\n{text}");
+        }
+    }
 
     // A looser document: 1/min → 1/s with a burst of 100 (revision 2), then SIGHUP.
     let looser = LIMITS
