@@ -349,7 +349,12 @@ impl SharedRateLimiter {
         super::script::SOURCE
     }
 
-    async fn decide(&self, key: &[u8], n: u64, charge: bool) -> Result<Verdict, BackendError> {
+    pub(crate) async fn decide(
+        &self,
+        key: &[u8],
+        n: u64,
+        charge: bool,
+    ) -> Result<Verdict, BackendError> {
         let inner = &*self.inner;
         if key.len() > MAX_KEY_BYTES {
             return Err(BackendError::KeyTooLong {
