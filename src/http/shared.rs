@@ -61,6 +61,7 @@ use crate::redis::limiter::SharedRateLimiter;
 /// # Ok(())
 /// # }
 /// ```
+#[cfg_attr(docsrs, doc(cfg(all(feature = "tower", feature = "redis"))))]
 impl PolicySource for SharedRateLimiter {
     fn check<'a>(&'a self, subject: &'a Subject, check: Check) -> Checked<'a> {
         Checked::Later(Box::pin(async move {
