@@ -49,6 +49,8 @@ mod reject;
 mod request;
 mod response;
 mod service;
+#[cfg(feature = "redis")]
+mod shared;
 mod source;
 
 pub use key::{

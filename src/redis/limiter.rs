@@ -417,7 +417,12 @@ impl SharedRateLimiter {
         }
     }
 
-    async fn decide(&self, key: &[u8], n: u64, charge: bool) -> Result<Verdict, BackendError> {
+    pub(crate) async fn decide(
+        &self,
+        key: &[u8],
+        n: u64,
+        charge: bool,
+    ) -> Result<Verdict, BackendError> {
         let inner = &*self.inner;
         if key.len() > MAX_KEY_BYTES {
             return Err(BackendError::KeyTooLong {

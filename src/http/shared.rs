@@ -1,0 +1,107 @@
+//! [`SharedRateLimiter`] as a [`PolicySource`] (features `tower` and `redis`): the layer's
+//! limit shared by every gateway instance through one Redis.
+
+use core::future::Future;
+use core::pin::Pin;
+
+use super::source::{Checked, Judgement, PolicySource, SourceError, Subject};
+use crate::engine::check::Check;
+use crate::redis::error::BackendError;
+use crate::redis::limiter::SharedRateLimiter;
+
+/// A [`SharedRateLimiter`] judges each request by its [`Subject::key`], in one Redis round
+/// trip ([`Checked::Later`]); every instance of the gateway that points at the same Redis
+/// and prefix enforces one limit together.
+///
+/// * **Verdicts.** An allowance or a denial is reported under the layer's name for the
+///   limit, with the main limit's quota in `RateLimit-Policy`. A denial's retry-after is the
+///   latest of the limits that denied (with several [`limit`](crate::SharedRateLimiterBuilder::limit)s,
+///   `remaining` is the tightest one's).
+/// * **Redis unavailable** is the [`FailurePolicy`](crate::FailurePolicy)'s verdict, not an
+///   error: `Open` and an allowed `Local` check pass the request through, marked
+///   ([`PassReason::BackendUnavailable`](crate::PassReason::BackendUnavailable)) and counted;
+///   `Closed` and a used-up local share answer `429` with the reason
+///   `backend_unavailable` / `local_share` and the fallback's retry-after.
+/// * **Errors.** [`BackendError::InsufficientCapacity`] (a cost above the burst) is
+///   [`SourceError::InsufficientCapacity`] (`413`). Every other error
+///   ([`BackendError::KeyTooLong`], [`BackendError::Protocol`]) is
+///   [`SourceError::Backend`]: the request passes through, marked and counted. A key
+///   longer than [`SharedRateLimiter::MAX_KEY_BYTES`] (512) would thus not be limited: the
+///   layer's extractors cap keys at [`DEFAULT_MAX_KEY_BYTES`](super::DEFAULT_MAX_KEY_BYTES)
+///   (256) and reject longer ones; a custom extractor or a
+///   [`HeaderKey::max_len`](super::HeaderKey::max_len) above 512 must not hand longer keys
+///   to this source.
+/// * **Peek** asks Redis for a cost of 0 without writing (the local fallback peeks too).
+/// * **Refund** is not supported (the default, `false`): the script has no give-back
+///   operation. When this is one of several limits of a layer and a later limit denies in a
+///   race after the peek, the Redis charge stays (the layer counts these races); put the
+///   shared limit last to make that rarer.
+/// * The [`Check`]'s attempt and priority class are not used (see [`SharedRateLimiter`]).
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use http::HeaderName;
+/// use tollgate::http::{HeaderKey, RateLimitLayer};
+/// use tollgate::{FailurePolicy, SharedRateLimiter};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let shared = SharedRateLimiter::builder("100/min".parse()?, "redis://127.0.0.1:6379/")
+///     .prefix("gateway")
+///     .policy("per-key")
+///     .deadline(Duration::from_millis(20))
+///     .failure_policy(FailurePolicy::Local)
+///     .build()?;
+/// let layer = RateLimitLayer::builder()
+///     .key(HeaderKey::new(HeaderName::from_static("x-api-key")))
+///     .limit("per-key", shared)
+///     .build()?;
+/// // axum: Router::new().route(..).layer(layer)
+/// # let _ = layer;
+/// # Ok(())
+/// # }
+/// ```
+#[cfg_attr(docsrs, doc(cfg(all(feature = "tower", feature = "redis"))))]
+impl PolicySource for SharedRateLimiter {
+    fn check<'a>(&'a self, subject: &'a Subject, check: Check) -> Checked<'a> {
+        Checked::Later(Box::pin(async move {
+            let v = self.check_key_with(subject.key(), check).await;
+            self.judgement(v)
+        }))
+    }
+
+    fn peek<'a>(&'a self, subject: &'a Subject, _check: Check) -> Checked<'a> {
+        Checked::Later(Box::pin(async move {
+            let v = self.decide(subject.key().as_bytes(), 0, false).await;
+            self.judgement(v)
+        }))
+    }
+
+    fn reads_route(&self) -> bool {
+        false
+    }
+
+    fn refund<'a>(
+        &'a self,
+        subject: &'a Subject,
+        cost: u64,
+    ) -> Pin<Box<dyn Future<Output = bool> + Send + 'a>> {
+        let _ = (subject, cost);
+        Box::pin(core::future::ready(false))
+    }
+}
+
+impl SharedRateLimiter {
+    fn judgement(
+        &self,
+        v: Result<crate::engine::verdict::Verdict, BackendError>,
+    ) -> Result<Judgement, SourceError> {
+        match v {
+            Ok(v) => Ok(Judgement::new(v, None, Some(self.quota()))),
+            Err(BackendError::InsufficientCapacity(ic)) => {
+                Err(SourceError::InsufficientCapacity(ic))
+            }
+            Err(e) => Err(SourceError::Backend(Box::new(e))),
+        }
+    }
+}
