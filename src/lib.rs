@@ -191,19 +191,20 @@
 struct ReadmeDoctests;
 
 // The layers, bottom to top: engine, safety, shaping, limiter, limits; then, each behind its
-// feature and in a folder of its own, `metrics` (observability), `redis` (limits shared across
-// instances) and, on top, `http` (tower middleware). The CLI lives in `bin/`.
+// feature and in a folder of its own, `redis` (limits shared across instances), `metrics`
+// (observability) and, on top, `http` (tower middleware). The CLI lives in `bin/`.
 mod engine;
 mod limiter;
 #[cfg(feature = "config")]
 #[cfg_attr(docsrs, doc(cfg(feature = "config")))]
 mod limits;
-#[cfg(feature = "metrics")]
-#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
-mod metrics;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 mod redis;
+// Reads every layer below it, `redis` included (a shared limiter's counts).
+#[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+mod metrics;
 mod safety;
 mod shaping;
 

@@ -692,3 +692,58 @@ fn a_fault_detector_passes_through_up_to_its_ceiling_and_ends_on_time() {
         Some(DenyReason::Quota)
     );
 }
+
+/// The `metrics` export of a shared limiter: a scrape right after traffic shows how each check
+/// was decided and each call to Redis, by fixed labels only.
+#[cfg(feature = "metrics")]
+#[test]
+fn a_scrape_shows_how_each_shared_check_was_decided() {
+    let Some(r) = redis("metrics") else { return };
+    let clock = ManualClock::at(Duration::from_secs(10));
+    let lim = std::sync::Arc::new(limiter(&r, "metrics", q("10/s;burst=3"), &clock));
+    for _ in 0..5 {
+        let _ = rt().block_on(lim.check_key("k")).unwrap();
+    }
+    let registry = tollgate::MetricsRegistry::new();
+    registry.register_shared("shared", &lim).unwrap();
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    metrics::with_local_recorder(&recorder, || registry.publish());
+    let text = handle.render();
+    let value = |series: &str| -> Option<u64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series))
+            .and_then(|v| v.trim().parse().ok())
+    };
+    // 3 allowed by Redis, 1 denied by Redis, 1 from the deny cache with no call.
+    assert_eq!(
+        value(r#"tollgate_redis_checks_total{limiter="shared",outcome="allowed"}"#),
+        Some(3),
+        "{text}"
+    );
+    assert_eq!(
+        value(r#"tollgate_redis_checks_total{limiter="shared",outcome="denied"}"#),
+        Some(1)
+    );
+    assert_eq!(
+        value(r#"tollgate_redis_checks_total{limiter="shared",outcome="denied_cached"}"#),
+        Some(1)
+    );
+    assert_eq!(
+        value(r#"tollgate_redis_checks_total{limiter="shared",outcome="fallback_open"}"#),
+        Some(0)
+    );
+    assert_eq!(
+        value(r#"tollgate_redis_calls_total{limiter="shared",result="sent"}"#),
+        Some(4)
+    );
+    assert_eq!(
+        value(r#"tollgate_redis_calls_total{limiter="shared",result="timeout"}"#),
+        Some(0)
+    );
+    assert_eq!(
+        value(r#"tollgate_redis_breaker_open{limiter="shared"}"#),
+        Some(0)
+    );
+    assert!(!text.contains("\"k\""), "no label carries a key");
+}

@@ -296,3 +296,47 @@ fn rollout_stages_and_a_halt_are_events() {
         ("1", "2")
     );
 }
+
+/// The Redis circuit breaker's transitions are events: a shared limiter pointed at a loopback
+/// port nobody listens on fails its calls, and its breaker opens after 5 consecutive failures
+/// — one WARN event, not one per failed check.
+#[cfg(feature = "redis")]
+#[test]
+fn the_redis_breaker_opening_is_one_warn_event() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    // A port just bound and released: nothing listens there, so connections are refused.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let capture = Capture::default();
+    tracing::subscriber::with_default(capture.clone(), || {
+        let _guard = rt.enter();
+        let lim = tollgate::SharedRateLimiter::builder(
+            "10/s".parse().unwrap(),
+            &format!("redis://127.0.0.1:{port}/"),
+        )
+        .failure_policy(tollgate::FailurePolicy::Open)
+        .deadline(Duration::from_millis(200))
+        .build()
+        .unwrap();
+        for _ in 0..20 {
+            let v = rt.block_on(lim.check_key("k")).unwrap();
+            assert!(v.is_permitted(), "Open: every check passes through");
+        }
+        assert!(lim.breaker_open());
+    });
+    let events = capture.events("tollgate::redis");
+    let opened: Vec<_> = events
+        .iter()
+        .filter(|e| e.fields.get("event").map(String::as_str) == Some("breaker_opened"))
+        .collect();
+    assert_eq!(opened.len(), 1, "{events:?}");
+    assert_eq!(opened[0].level, Level::WARN);
+    assert_eq!(opened[0].fields["consecutive_failures"], "5");
+    assert!(events.len() < 5, "no event per check: {events:?}");
+}

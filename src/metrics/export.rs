@@ -133,6 +133,25 @@ pub(super) fn gauge(name: &'static str, labels: Vec<Label>, value: f64) {
 /// The help text of every metric (what the README lists).
 pub(super) fn describe() {
     use metrics::{describe_counter, describe_gauge, Unit};
+    #[cfg(feature = "redis")]
+    {
+        describe_counter!(
+            REDIS_CHECKS,
+            "Shared-limiter checks by how they were decided: by Redis, from the deny cache, or by a fallback"
+        );
+        describe_counter!(
+            REDIS_CALLS,
+            "Calls to Redis by result: ok, timeout, error, or not sent (breaker open)"
+        );
+        describe_gauge!(
+            REDIS_BREAKER_OPEN,
+            "1 while the Redis circuit breaker is open or half-open"
+        );
+        describe_counter!(
+            REDIS_BREAKER_OPENED,
+            "Times the Redis circuit breaker opened"
+        );
+    }
     describe_counter!(
         CHECKS,
         "Checks by verdict: outcome allow, deny or pass_through, and its reason"

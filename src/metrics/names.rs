@@ -27,6 +27,14 @@ pub(crate) const ROLLOUT_STAGE: &str = "tollgate_rollout_stage";
 pub(crate) const ROLLOUT_BASIS_POINTS: &str = "tollgate_rollout_basis_points";
 pub(crate) const ROLLOUT_STATE: &str = "tollgate_rollout_state";
 pub(crate) const ROLLOUT_BREADTH: &str = "tollgate_rollout_deny_breadth";
+#[cfg(feature = "redis")]
+pub(crate) const REDIS_CHECKS: &str = "tollgate_redis_checks_total";
+#[cfg(feature = "redis")]
+pub(crate) const REDIS_CALLS: &str = "tollgate_redis_calls_total";
+#[cfg(feature = "redis")]
+pub(crate) const REDIS_BREAKER_OPEN: &str = "tollgate_redis_breaker_open";
+#[cfg(feature = "redis")]
+pub(crate) const REDIS_BREAKER_OPENED: &str = "tollgate_redis_breaker_opened_total";
 
 /// Every check series: `(outcome, reason, counter index)`. The reasons are
 /// [`DenyReason`](crate::DenyReason)'s and [`PassReason`](crate::PassReason)'s, in snake case.

@@ -18,6 +18,8 @@ use crate::limiter::direct::RateLimiter;
 use crate::limiter::keyed::KeyedRateLimiter;
 #[cfg(feature = "config")]
 use crate::limits::{reload::LimitsHandle, rollout::Rollout};
+#[cfg(feature = "redis")]
+use crate::redis::limiter::SharedRateLimiter;
 use crate::safety::fault::FaultDetector;
 use crate::safety::slo::SuccessRate;
 use crate::safety::watchdog::Watchdog;
@@ -92,6 +94,8 @@ enum Source {
     #[cfg(feature = "config")]
     Rollout(Weak<Rollout>),
     SuccessRate(Weak<SuccessRate>),
+    #[cfg(feature = "redis")]
+    Shared(Weak<SharedRateLimiter>),
 }
 
 /// What metrics read of a keyed limiter, whatever its key type.
@@ -299,6 +303,28 @@ impl MetricsRegistry {
         entries.retain_mut(|e| e.publish());
     }
 
+    /// Registers a [`SharedRateLimiter`] (feature `redis`) as `name`: its checks by how they
+    /// were decided (`tollgate_redis_checks_total{limiter, outcome}`, outcome `allowed`,
+    /// `denied`, `denied_cached`, `denied_clock_overflow`, `fallback_local_allowed`,
+    /// `fallback_local_denied`, `fallback_open`, `fallback_closed`), its calls to Redis
+    /// (`tollgate_redis_calls_total{limiter, result}`, result `sent`, `timeout`, `error`,
+    /// `breaker_rejected`, `script_reload`, `corrupt_value`), the breaker
+    /// (`tollgate_redis_breaker_open`, `tollgate_redis_breaker_opened_total`), and its fault
+    /// detector's state if one is attached.
+    ///
+    /// # Errors
+    ///
+    /// [`MetricsError`] if the name is invalid or taken.
+    #[cfg(feature = "redis")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+    pub fn register_shared(
+        &self,
+        name: &str,
+        limiter: &Arc<SharedRateLimiter>,
+    ) -> Result<(), MetricsError> {
+        self.add(name, Source::Shared(Arc::downgrade(limiter)))
+    }
+
     fn add(&self, name: &str, source: Source) -> Result<(), MetricsError> {
         if !names::is_valid_name(name) {
             return Err(MetricsError::InvalidName {
@@ -378,7 +404,48 @@ impl Entry {
                 let Some(slo) = w.upgrade() else { return false };
                 success_rate(name, &slo);
             }
+            #[cfg(feature = "redis")]
+            Source::Shared(w) => {
+                let Some(lim) = w.upgrade() else { return false };
+                shared(name, &lim);
+            }
         }
         true
     }
+}
+
+/// A shared limiter's series (see [`MetricsRegistry::register_shared`]).
+#[cfg(feature = "redis")]
+fn shared(name: &str, lim: &SharedRateLimiter) {
+    use names::{REDIS_BREAKER_OPEN, REDIS_BREAKER_OPENED, REDIS_CALLS, REDIS_CHECKS};
+    let s = lim.stats();
+    for (outcome, v) in [
+        ("allowed", s.allowed),
+        ("denied", s.denied),
+        ("denied_cached", s.denied_cached),
+        ("denied_clock_overflow", s.denied_clock_overflow),
+        ("fallback_local_allowed", s.fallback_local_allowed),
+        ("fallback_local_denied", s.fallback_local_denied),
+        ("fallback_open", s.fallback_open),
+        ("fallback_closed", s.fallback_closed),
+    ] {
+        counter(REDIS_CHECKS, labels(name, [("outcome", outcome)]), v);
+    }
+    for (result, v) in [
+        ("sent", s.round_trips),
+        ("timeout", s.timeouts),
+        ("error", s.errors),
+        ("breaker_rejected", s.breaker_rejected),
+        ("script_reload", s.script_reloads),
+        ("corrupt_value", s.corrupt_values),
+    ] {
+        counter(REDIS_CALLS, labels(name, [("result", result)]), v);
+    }
+    gauge(
+        REDIS_BREAKER_OPEN,
+        labels(name, []),
+        f64::from(u8::from(lim.breaker_open())),
+    );
+    counter(REDIS_BREAKER_OPENED, labels(name, []), s.breaker_opened);
+    safety(name, lim.detector(), None);
 }

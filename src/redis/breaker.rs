@@ -197,6 +197,13 @@ impl Breaker {
     pub(crate) fn success(&self, now: u64) {
         let mut s = self.inner.lock();
         if s.state != State::Closed {
+            #[cfg(feature = "tracing")]
+            tracing::info!(
+                target: "tollgate::redis",
+                event = "breaker_closed",
+                opened = s.opened,
+                "Redis answered a probe: circuit breaker closed, checks go to Redis again"
+            );
             s.state = State::Closed;
             s.window_start = now;
             s.calls = 0;
@@ -240,10 +247,30 @@ impl Breaker {
     }
 
     fn open(&self, s: &mut Inner, now: u64, cool: u64) {
-        if matches!(s.state, State::Closed) {
+        let was_closed = matches!(s.state, State::Closed);
+        if was_closed {
             s.opened += 1;
         }
         let wait = jitter(&mut s.rng, cool);
+        #[cfg(feature = "tracing")]
+        if was_closed {
+            tracing::warn!(
+                target: "tollgate::redis",
+                event = "breaker_opened",
+                consecutive_failures = s.consecutive,
+                window_calls = s.calls,
+                window_failures = s.failures,
+                cool_down_ms = wait / 1_000_000,
+                "Redis failing: circuit breaker open, checks answered by the failure policy"
+            );
+        } else {
+            tracing::info!(
+                target: "tollgate::redis",
+                event = "probe_failed",
+                cool_down_ms = wait / 1_000_000,
+                "Redis probe failed: circuit breaker stays open"
+            );
+        }
         s.state = State::Open {
             until: now.saturating_add(wait),
             next: cool,

@@ -345,6 +345,12 @@ impl SharedRateLimiter {
         self.inner.counters.snapshot(self.inner.breaker.opened())
     }
 
+    /// The fault detector attached with [`SharedRateLimiterBuilder::detector`], if any (to
+    /// read its state, or to force or end a pass-through).
+    pub fn detector(&self) -> Option<&FaultDetector> {
+        self.inner.detector.as_ref().map(|w| &w.detector)
+    }
+
     /// `true` while the circuit breaker is open or half-open (checks answer by the failure
     /// policy, but for one probe at a time).
     pub fn breaker_open(&self) -> bool {
