@@ -189,12 +189,17 @@ impl SharedRateLimiterBuilder {
     /// ```
     /// use std::time::Duration;
     /// use tollgate::{FaultDetector, PassReason, SharedRateLimiter};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let detector = FaultDetector::new();
     /// let lim = SharedRateLimiter::builder("10/s".parse()?, "redis://127.0.0.1:6379/")
     ///     .detector(detector.clone())
     ///     .build()?;
+    /// assert!(lim.detector().is_some());
+    /// // An operator's override: pass traffic through for 30 s, bounded by the ceiling.
     /// detector.force_pass_through(PassReason::Forced, Duration::from_secs(30));
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # Ok(())
+    /// # }
     /// ```
     pub fn detector(mut self, detector: FaultDetector) -> Self {
         self.detector = Some(detector);
