@@ -245,9 +245,9 @@ mod tests {
     fn a_sleep_is_the_retry_after_plus_at_most_half_and_respects_max_wait() {
         let mut j = Jitter::seeded();
         for _ in 0..1_000 {
-            let s = next_sleep(1_000, 0, None, &mut j).unwrap();
+            let s = next_sleep(1_000, 0, None, &mut j).unwrap(); // test
             assert!((1_000..=1_500).contains(&s), "{s}");
-            let s = next_sleep(1_000, 300, Some(1_500), &mut j).unwrap();
+            let s = next_sleep(1_000, 300, Some(1_500), &mut j).unwrap(); // test
             assert!((1_000..=1_200).contains(&s), "cut at max_wait: {s}");
         }
         assert_eq!(next_sleep(1_000, 600, Some(1_500), &mut j), None);
