@@ -83,67 +83,38 @@ impl RateLimiter {
     // return the verdict through memory.
     #[inline(always)]
     pub fn check(&self) -> Verdict {
-        let general = || self.check_general();
         match &self.hot {
-            Hot::Bare(clock) => {
-                let count = |i| self.counters.bump(i);
-                self.step_bare(
-                    clock.now_nanos(),
-                    (1, Reserve::NONE),
-                    count,
-                    || None,
-                    |v| v,
-                    general,
-                )
-            }
+            Hot::Bare(clock) => self.step_unit(clock.now_nanos(), |i| self.counters.bump(i)),
             Hot::Detected(clock, d) => {
                 let d = d.shared();
                 if d.pass_reason().is_some() {
-                    return general();
+                    return self.check_general();
                 }
-                let count = |i| d.observe_index(&self.counters, i);
-                self.step_bare(
-                    clock.now_nanos(),
-                    (1, Reserve::NONE),
-                    count,
-                    || None,
-                    |v| v,
-                    general,
-                )
+                self.step_unit(clock.now_nanos(), |i| d.observe_index(&self.counters, i))
             }
             Hot::Other => self.check_dispatch(),
         }
     }
 
+    /// One unit at `now`, counted by `count`: the steady-state step, or the general check
+    /// when the step cannot decide alone.
+    #[inline(always)]
+    fn step_unit(&self, now: u64, count: impl FnOnce(usize)) -> Verdict {
+        let general = || self.check_general();
+        self.step_bare(now, (1, Reserve::NONE), count, || None, |v| v, general)
+    }
+
     /// [`check`](Self::check) on another clock, or with more attached.
     #[inline(never)]
     fn check_dispatch(&self) -> Verdict {
-        let general = || self.check_general();
         match &self.guard {
-            None => {
-                let count = |i| self.counters.bump(i);
-                self.step_bare(
-                    self.clock.now_nanos(),
-                    (1, Reserve::NONE),
-                    count,
-                    || None,
-                    |v| v,
-                    general,
-                )
-            }
+            None => self.step_unit(self.clock.now_nanos(), |i| self.counters.bump(i)),
             // As `Hot::Detected`, on another clock.
             Some(g) => match g.detector_only().map(|d| d.shared()) {
-                Some(d) if d.pass_reason().is_none() => {
-                    let count = |i| d.observe_index(&self.counters, i);
-                    self.step_bare(
-                        self.clock.now_nanos(),
-                        (1, Reserve::NONE),
-                        count,
-                        || None,
-                        |v| v,
-                        general,
-                    )
-                }
+                Some(d) if d.pass_reason().is_none() => self
+                    .step_unit(self.clock.now_nanos(), |i| {
+                        d.observe_index(&self.counters, i)
+                    }),
                 _ => self.check_guarded(g),
             },
         }

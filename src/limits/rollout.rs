@@ -209,15 +209,13 @@ impl Rollout {
         key: &str,
         check: Check,
     ) -> Result<Decision, InsufficientCapacity> {
-        self.tick();
-        let hash = self.cohort.hash(key);
-        let bp = self.basis_points.load(Ordering::Relaxed);
-        let in_cohort = u32::from(Cohort::bucket_of(hash)) < bp;
-        let (doc, other) = if in_cohort {
-            (&self.new, &self.old)
-        } else {
-            (&self.old, &self.new)
-        };
+        let Side {
+            hash,
+            bp,
+            in_cohort,
+            doc,
+            other,
+        } = self.side(key);
         // A key that joined the cohort (a stage change, the completion) keeps its place in
         // time: no fresh burst under the new document.
         if in_cohort {
@@ -228,11 +226,43 @@ impl Rollout {
             }
         }
         let decision = doc.check(tier, category, route, key, check)?;
-        if decision.policy().is_some() && 0 < bp && u64::from(bp) < BUCKETS {
-            self.tallies
-                .record(hash, in_cohort, !decision.is_permitted());
-        }
+        self.tally(
+            hash,
+            bp,
+            in_cohort,
+            decision.policy().is_some(),
+            decision.is_permitted(),
+        );
         Ok(decision)
+    }
+
+    /// Which document judges `key` now (ticking the rollout first): the new one for the
+    /// cohort, the old one for the rest, with the other one to carry a joining key's state from.
+    fn side(&self, key: &str) -> Side<'_> {
+        self.tick();
+        let hash = self.cohort.hash(key);
+        let bp = self.basis_points.load(Ordering::Relaxed);
+        let in_cohort = u32::from(Cohort::bucket_of(hash)) < bp;
+        let (doc, other) = if in_cohort {
+            (&self.new, &self.old)
+        } else {
+            (&self.old, &self.new)
+        };
+        Side {
+            hash,
+            bp,
+            in_cohort,
+            doc,
+            other,
+        }
+    }
+
+    /// Counts a check a policy judged in the current window's tallies, while a stage is
+    /// running (`bp`, the basis points the check was judged under, neither 0 nor all).
+    fn tally(&self, hash: u64, bp: u32, in_cohort: bool, judged: bool, permitted: bool) {
+        if judged && 0 < bp && u64::from(bp) < BUCKETS {
+            self.tallies.record(hash, in_cohort, !permitted);
+        }
     }
 
     /// Closes any due window and promotes any due stage now: for idle rollouts, where no
@@ -393,4 +423,14 @@ impl fmt::Debug for Rollout {
             .field("clock", &self.clock)
             .finish_non_exhaustive()
     }
+}
+
+/// What [`Rollout::side`] found for a key.
+struct Side<'a> {
+    hash: u64,
+    /// The basis points read for this check.
+    bp: u32,
+    in_cohort: bool,
+    doc: &'a Policies,
+    other: &'a Policies,
 }

@@ -1,9 +1,6 @@
 //! [`Rollout::check_all`]: several limits per request during a rollout.
 
-use std::sync::atomic::Ordering;
-
-use super::cohort::{Cohort, BUCKETS};
-use super::Rollout;
+use super::{Rollout, Side};
 use crate::engine::check::Check;
 use crate::engine::error::InsufficientCapacity;
 use crate::limits::reload::MultiDecision;
@@ -48,15 +45,13 @@ impl Rollout {
         key: &str,
         check: Check,
     ) -> Result<MultiDecision, InsufficientCapacity> {
-        self.tick();
-        let hash = self.cohort.hash(key);
-        let bp = self.basis_points.load(Ordering::Relaxed);
-        let in_cohort = u32::from(Cohort::bucket_of(hash)) < bp;
-        let (doc, other) = if in_cohort {
-            (&self.new, &self.old)
-        } else {
-            (&self.old, &self.new)
-        };
+        let Side {
+            hash,
+            bp,
+            in_cohort,
+            doc,
+            other,
+        } = self.side(key);
         if in_cohort {
             for i in doc.limits.resolve_all_positions(tier, category, route) {
                 let Some(policy) = doc.limits.policies().get(i) else {
@@ -70,10 +65,13 @@ impl Rollout {
             }
         }
         let decision = doc.check_all(tier, category, route, key, check)?;
-        if decision.policy().is_some() && 0 < bp && u64::from(bp) < BUCKETS {
-            self.tallies
-                .record(hash, in_cohort, !decision.is_permitted());
-        }
+        self.tally(
+            hash,
+            bp,
+            in_cohort,
+            decision.policy().is_some(),
+            decision.is_permitted(),
+        );
         Ok(decision)
     }
 }
