@@ -1,6 +1,8 @@
 //! Several limits per request (issue 11): policies marked `also = true` apply in addition to
 //! the most specific one; `LimitsHandle::check_all` checks them all or nothing.
 
+#![cfg(feature = "config")]
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread;

@@ -5,6 +5,8 @@
 //! acknowledge. Exit status: 0 when all is well, 1 when a document is invalid or a
 //! tightening is unacknowledged, 2 for a usage error or a file that cannot be read.
 
+#![forbid(unsafe_code)]
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
