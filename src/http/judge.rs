@@ -1,6 +1,8 @@
 //! Asking every limit about one request, all or nothing, and queue mode's waiting.
 
+use core::task::{Context, Poll, Waker};
 use core::time::Duration;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
 use super::layer::{Counters, Entry, Shared};
@@ -74,14 +76,16 @@ type Judged = Result<Judgement, SourceError>;
 
 /// All limits, all or nothing: with several, peek every one; if one would deny, check only
 /// that one (a denial consumes nothing) and report it; else check them all, refunding the
-/// earlier ones if a later one denies in a race.
+/// earlier ones if a later one denies in a race. A judging that stops before its outcome (a
+/// user's source panics, or the future is dropped) refunds what it charged: see [`Charges`].
 pub(crate) async fn judge(shared: &Shared, subject: &Subject, check: Check) -> Outcome {
     let limits = &shared.limits;
+    let mut charges = Charges::new(shared, subject, check.units());
     if let [only] = &limits[..] {
         let j = only.source.check(subject, check).resolve().await;
         let mut acc = Acc::default();
-        acc.add(shared, only, j, false);
-        return acc.finish(shared, subject, check).await;
+        acc.add(shared, only, j);
+        return acc.finish(charges).await;
     }
     let none = || {
         (0..limits.len())
@@ -104,6 +108,7 @@ pub(crate) async fn judge(shared: &Shared, subject: &Subject, check: Check) -> O
         peeked[i] = Some(p);
         if short {
             let j = e.source.check(subject, check).resolve().await;
+            charges.note(e, &j);
             short_circuit = !is_permitted(&j);
             judged[i] = Some(j);
             if short_circuit {
@@ -115,6 +120,7 @@ pub(crate) async fn judge(shared: &Shared, subject: &Subject, check: Check) -> O
         for (i, e) in limits.iter().enumerate() {
             if judged[i].is_none() {
                 let j = e.source.check(subject, check).resolve().await;
+                charges.note(e, &j);
                 let stop = !is_permitted(&j);
                 judged[i] = Some(j);
                 if stop {
@@ -126,13 +132,13 @@ pub(crate) async fn judge(shared: &Shared, subject: &Subject, check: Check) -> O
     let mut acc = Acc::default();
     for ((e, j), p) in limits.iter().zip(judged).zip(peeked) {
         match (j, p) {
-            (Some(j), _) => acc.add(shared, e, j, true),
+            (Some(j), _) => acc.add(shared, e, j),
             // Peeked but not checked: shown, not charged.
             (None, Some(Ok(p))) => acc.shown(e, &p),
             (None, _) => {}
         }
     }
-    acc.finish(shared, subject, check).await
+    acc.finish(charges).await
 }
 
 fn is_permitted(j: &Judged) -> bool {
@@ -150,12 +156,10 @@ struct Acc {
     passed: Option<PassedThrough>,
     denial: Option<(usize, Denied)>,
     too_big: Option<(Arc<str>, u64, u64)>,
-    /// Sources that allowed (and consumed), when there are several limits.
-    charged: Vec<Arc<dyn PolicySource>>,
 }
 
 impl Acc {
-    fn add(&mut self, shared: &Shared, e: &Entry, j: Judged, several: bool) {
+    fn add(&mut self, shared: &Shared, e: &Entry, j: Judged) {
         let j = match j {
             Err(SourceError::InsufficientCapacity(ic)) => {
                 self.too_big = Some((Arc::clone(&e.name), ic.cost(), ic.capacity()));
@@ -175,12 +179,7 @@ impl Acc {
         };
         let policy = Arc::clone(j.policy_arc().unwrap_or(&e.name));
         let (remaining, reset_secs) = match j.verdict() {
-            Verdict::Allow(a) => {
-                if several {
-                    self.charged.push(Arc::clone(&e.source));
-                }
-                (a.remaining(), secs_up(a.reset_after()))
-            }
+            Verdict::Allow(a) => (a.remaining(), secs_up(a.reset_after())),
             Verdict::Deny(d) => {
                 self.denial = Some((self.figures.len(), d));
                 (0, d.retry_after_secs())
@@ -213,9 +212,10 @@ impl Acc {
         }
     }
 
-    async fn finish(self, shared: &Shared, subject: &Subject, check: Check) -> Outcome {
+    /// The outcome: an allowed request keeps its charges, a rejected one gives them back.
+    async fn finish(self, charges: Charges<'_>) -> Outcome {
         if let Some((policy, cost, capacity)) = self.too_big {
-            refund_all(shared, subject, check, &self.charged).await;
+            charges.refund().await;
             return Outcome::TooBig {
                 policy,
                 cost,
@@ -224,7 +224,7 @@ impl Acc {
         }
         match self.denial {
             Some((denying, denied)) => {
-                refund_all(shared, subject, check, &self.charged).await;
+                charges.refund().await;
                 Outcome::Denied {
                     figures: self.figures,
                     denying,
@@ -232,24 +232,86 @@ impl Acc {
                     queue_full: false,
                 }
             }
-            None => Outcome::Allowed {
-                figures: self.figures,
-                passed: self.passed,
-            },
+            None => {
+                charges.keep();
+                Outcome::Allowed {
+                    figures: self.figures,
+                    passed: self.passed,
+                }
+            }
         }
     }
 }
 
-/// Gives back what the allowing limits of a rejected request consumed.
-async fn refund_all(
-    shared: &Shared,
-    subject: &Subject,
-    check: Check,
-    charged: &[Arc<dyn PolicySource>],
-) {
-    for source in charged {
-        if !source.refund(subject, check.units()).await {
-            Counters::bump(&shared.counters.races);
+/// The limits that have charged a request so far, until its outcome is known.
+///
+/// Between the first charge and the outcome, user code runs (a `PolicySource` of the user's
+/// own: its check, its future, its refund) and the future can be dropped (the client hung
+/// up). Dropped before [`keep`](Self::keep) or the end of [`refund`](Self::refund) — by a
+/// panic unwinding through the judging or by the future's drop — the guard refunds every
+/// charge left, at once: a request that is never served keeps no unit.
+struct Charges<'a> {
+    shared: &'a Shared,
+    subject: &'a Subject,
+    units: u64,
+    /// In the order they charged (a `Vec` allocates only when a limit charges).
+    sources: Vec<Arc<dyn PolicySource>>,
+}
+
+impl<'a> Charges<'a> {
+    fn new(shared: &'a Shared, subject: &'a Subject, units: u64) -> Self {
+        Self {
+            shared,
+            subject,
+            units,
+            sources: Vec::new(),
+        }
+    }
+
+    /// Records `e`'s check if it consumed: a matched allowance.
+    fn note(&mut self, e: &Entry, j: &Judged) {
+        if let Ok(j) = j {
+            if j.is_matched() && matches!(j.verdict(), Verdict::Allow(_)) {
+                self.sources.push(Arc::clone(&e.source));
+            }
+        }
+    }
+
+    /// The request goes on to be served: its charges stand.
+    fn keep(mut self) {
+        self.sources.clear();
+    }
+
+    /// Gives back every charge of a rejected request, awaiting each source's refund. Each
+    /// source leaves the guard before its refund starts, so none is refunded twice; if one
+    /// panics or the future is dropped, the guard refunds the rest.
+    async fn refund(mut self) {
+        while !self.sources.is_empty() {
+            let source = self.sources.remove(0);
+            if !source.refund(self.subject, self.units).await {
+                Counters::bump(&self.shared.counters.races);
+            }
+        }
+    }
+}
+
+impl Drop for Charges<'_> {
+    /// Refunds what is left, synchronously: a refund future is polled once, which completes
+    /// the built-in sources' (they refund in memory). An async refund that is not done on
+    /// its first poll cannot be awaited here and is dropped; it counts, with a refund that
+    /// panics, as a charge not given back ([`LayerStats::races`](super::LayerStats::races)).
+    /// A panic is caught: this may run while a panic unwinds, where a second one would
+    /// abort the process.
+    fn drop(&mut self) {
+        for source in self.sources.drain(..) {
+            let refunded = catch_unwind(AssertUnwindSafe(|| {
+                let mut fut = source.refund(self.subject, self.units);
+                let mut cx = Context::from_waker(Waker::noop());
+                matches!(fut.as_mut().poll(&mut cx), Poll::Ready(true))
+            }));
+            if !matches!(refunded, Ok(true)) {
+                Counters::bump(&self.shared.counters.races);
+            }
         }
     }
 }

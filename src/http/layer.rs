@@ -52,7 +52,10 @@ pub struct LayerStats {
     pub queue_full: u64,
     /// Requests one limit allowed and a later one denied after the peek said all would
     /// allow, where the allowing source could not refund (the built-in sources refund; see
-    /// [`PolicySource::refund`](super::PolicySource::refund)).
+    /// [`PolicySource::refund`](super::PolicySource::refund)). Also counted: a charge of a
+    /// request whose judging stopped early (a panicking source, a dropped future) that could
+    /// not be given back at once (a refund that panics, or an async one still pending on
+    /// its first poll).
     pub races: u64,
     /// Policy source failures (passed through).
     pub source_errors: u64,
@@ -162,6 +165,18 @@ pub(crate) struct Shared {
 /// [`refund`](super::PolicySource::refund) (the built-in sources do), and counts
 /// [`LayerStats::races`] where a source cannot. This needs two requests racing for the last
 /// unit of a limit in the same few hundred nanoseconds.
+///
+/// # Panics and hang-ups
+///
+/// A request that is never served keeps no unit: if a [`PolicySource`] of your own panics
+/// (in its check, its future or its refund) after another limit charged the request, or
+/// the response future is dropped mid-judging (the client hung up), the limits charged so
+/// far are refunded at once as the judging unwinds (a source's refund future is polled
+/// once; the built-in sources complete on it). A request waiting in [queue mode](Queue)
+/// holds no charge, and its waiter slot is freed however the wait ends. The panic itself
+/// goes on to the caller. Callbacks that run before any limit is asked (the key extractor,
+/// the tier, category and route functions, the queue predicate) or after the refunds (the
+/// [`on_reject`](RateLimitLayerBuilder::on_reject) hook) have nothing to give back.
 #[derive(Clone)]
 pub struct RateLimitLayer {
     shared: Arc<Shared>,

@@ -177,7 +177,8 @@ where
         };
         if shared.answers_now {
             // Every limit answers at once, so the judging future completes on its first
-            // poll; a source that breaks that promise is treated as a failed source.
+            // poll; a source that breaks that promise is treated as a failed source (the
+            // judging is dropped, which refunds the limits it had charged).
             let judged = {
                 let fut = pin!(judge(&shared, &subject, check));
                 fut.poll(&mut Context::from_waker(Waker::noop()))

@@ -7,9 +7,13 @@ use http::request::Parts;
 
 use super::{ip, malformed, IpRange, KeyError, KeyExtractor, PeerIp};
 
-/// The maximum forwarded hops [`ForwardedIp`] walks, and the most header bytes it reads.
-const MAX_HOPS: usize = 32;
-const MAX_FORWARDED_BYTES: usize = 4096;
+/// The most trusted hops [`ForwardedIp`] walks past: one per proxy of ours, with room to
+/// spare.
+const MAX_TRUSTED_HOPS: usize = 32;
+/// The most header bytes (all lines together) [`ForwardedIp`] accepts. Only the hops it
+/// walks are read, so this is not a bound on its work; it refuses chains no proxy set-up
+/// writes, and nothing is charged for them.
+const MAX_FORWARDED_BYTES: usize = 64 << 10;
 
 /// Which header carries the forwarded chain.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,15 +27,39 @@ pub enum ForwardedHeader {
 
 /// The client's address behind trusted reverse proxies: the peer address, unless the peer
 /// is one of the configured proxy ranges, in which case the forwarded chain is walked from
-/// the right (the hop the nearest proxy saw) past every trusted proxy, and the first
-/// untrusted hop is the client. The result is keyed as by [`PeerIp`] (IPv6 by /64).
+/// the right (the hop the nearest proxy saw) past every trusted proxy, and **the right-most
+/// untrusted hop is the client, whatever stands to its left.** The result is keyed as by
+/// [`PeerIp`] (IPv6 by /64).
 ///
 /// **Nothing is trusted by default.** With no ranges configured, or a peer outside them,
 /// forwarded headers are ignored — a spoofed `X-Forwarded-For` from the internet changes
-/// nothing. A chain that does not parse (a hop that is not an address, `unknown`, an
-/// obfuscated identifier, more than 32 hops or 4 KiB) from a trusted peer is
-/// [`KeyError::Malformed`]; an empty chain from a trusted peer means the proxy itself is the
-/// client.
+/// nothing.
+///
+/// From a trusted peer:
+///
+/// * **Left of the client is the client's to write.** A proxy that appends to the header
+///   (nginx's `$proxy_add_x_forwarded_for`) keeps what the client sent; those elements are
+///   never parsed, counted or checked, so padding or bytes that are not ASCII there neither
+///   fail the request nor move it to another key.
+/// * **Empty list elements are ignored** (RFC 9110 §5.6.1.2): `198.51.100.7, , 10.1.1.1`, a
+///   trailing comma, `for=…,, for=…`. A chain with no element at all (no header, an empty
+///   one) means the peer itself is the client.
+/// * **Repeated header lines are one list**, joined in order (RFC 9110 §5.3): the right-most
+///   hop is the last one of the last line.
+/// * **At most 32 trusted hops are passed**, so the client may stand 33rd from the right. A
+///   chain of at most 32 hops, all trusted, names its left-most hop as the client (a client
+///   inside the trusted ranges).
+/// * **[`KeyError::Malformed`]** (the layer answers `400`, or counts the request under the
+///   [`OnMissingKey::Fallback`] key) when a hop the walk reaches is not an address
+///   (`unknown`, an obfuscated `_node` identifier, text that is not visible ASCII, a
+///   `Forwarded` element without `for=`): the client's position holds no address, and
+///   guessing one would be somebody else's key; when the walk meets a 33rd trusted hop (no
+///   deployment has that many proxies of its own, and what is further left is nobody's to
+///   believe); and when the header lines together exceed 64 KiB.
+///
+/// The walk is linear in the header's size, reads from the right and stops at the client.
+///
+/// [`OnMissingKey::Fallback`]: super::OnMissingKey::Fallback
 ///
 /// ```
 /// use std::net::SocketAddr;
@@ -85,6 +113,23 @@ impl ForwardedIp {
         self.trusted.iter().any(|r| r.contains(ip))
     }
 
+    /// One hop's address, or why it has none.
+    fn parse(&self, hop: &[u8]) -> Result<IpAddr, &'static str> {
+        // Spaces and tabs may stand around a `Forwarded` element's `;` and `=`.
+        if !hop
+            .iter()
+            .all(|&b| b.is_ascii_graphic() || b == b' ' || b == b'\t')
+        {
+            return Err("a hop is not visible ASCII");
+        }
+        let hop = core::str::from_utf8(hop).map_err(|_| "a hop is not visible ASCII")?;
+        match self.header {
+            ForwardedHeader::XForwardedFor => ip::parse_hop(hop),
+            ForwardedHeader::Forwarded => ip::parse_forwarded_for(hop),
+        }
+        .ok_or("a hop is not an IP address")
+    }
+
     fn client(&self, parts: &Parts) -> Result<IpAddr, KeyError> {
         let peer = self.peer.peer(parts)?;
         if !self.is_trusted(peer) {
@@ -98,30 +143,30 @@ impl ForwardedIp {
             ForwardedHeader::Forwarded => (FORWARDED, "header forwarded"),
         };
         let bad = |why| malformed(what.to_owned(), why);
-        // Repeated header lines are one list, in order (RFC 9110 §5.3).
-        let mut hops: Vec<&str> = Vec::new();
-        let mut bytes = 0;
-        for value in parts.headers.get_all(&name) {
-            bytes += value.len();
-            if bytes > MAX_FORWARDED_BYTES {
-                return Err(bad("longer than 4 KiB"));
-            }
-            let text = value.to_str().map_err(|_| bad("not visible ASCII"))?;
-            hops.extend(text.split(',').map(str::trim));
+        let lines = parts.headers.get_all(&name);
+        let bytes = lines.iter().fold(0usize, |n, v| n.saturating_add(v.len()));
+        if bytes > MAX_FORWARDED_BYTES {
+            return Err(bad("longer than 64 KiB"));
         }
         let mut client = peer;
-        for (walked, hop) in hops.iter().rev().enumerate() {
-            if walked >= MAX_HOPS {
-                return Err(bad("more than 32 hops"));
-            }
-            let addr = match self.header {
-                ForwardedHeader::XForwardedFor => ip::parse_hop(hop),
-                ForwardedHeader::Forwarded => ip::parse_forwarded_for(hop),
-            }
-            .ok_or_else(|| bad("a hop is not an IP address"))?;
-            client = addr;
-            if !self.is_trusted(addr) {
-                break;
+        let mut passed = 0;
+        // The right-most hop is the last element of the last line: walk the lines backwards
+        // and each from its end, so nothing left of the client is ever looked at.
+        for line in lines.iter().rev() {
+            for element in line.as_bytes().rsplit(|&b| b == b',') {
+                let hop = element.trim_ascii();
+                if hop.is_empty() {
+                    continue;
+                }
+                let addr = self.parse(hop).map_err(bad)?;
+                if !self.is_trusted(addr) {
+                    return Ok(addr);
+                }
+                if passed == MAX_TRUSTED_HOPS {
+                    return Err(bad("more than 32 trusted hops"));
+                }
+                client = addr;
+                passed += 1;
             }
         }
         Ok(client)
