@@ -511,7 +511,7 @@ impl SharedRateLimiter {
                 return Ok(self.fallback(key, n, charge));
             }
         };
-        inner.breaker.success(real.now_nanos());
+        inner.breaker.success(real.now_nanos(), permit);
         Ok(self.verdict(key, &limits, &args, reply, local_now))
     }
 
