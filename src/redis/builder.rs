@@ -106,7 +106,8 @@ impl SharedRateLimiterBuilder {
         self
     }
 
-    /// The policy name of the main limit (default `"default"`), the second part of its keys.
+    /// The policy name of the main limit (default `"default"`), the second part of its keys:
+    /// 1 to 64 bytes without `{`, `}` or `:` (a `:` would let another prefix share its keys).
     /// It is not versioned: a reload that changes the quota keeps every customer's state.
     pub fn policy(mut self, name: &str) -> Self {
         name.clone_into(&mut self.limits[0].0);
@@ -114,7 +115,8 @@ impl SharedRateLimiterBuilder {
     }
 
     /// Another limit that every check of a customer must also pass, in the same script call
-    /// (all or nothing): `"100/s"` and `"10000/d"` for the same customer, say.
+    /// (all or nothing): `"100/s"` and `"10000/d"` for the same customer, say. Its policy
+    /// name follows the rules of [`policy`](Self::policy).
     pub fn limit(mut self, policy: &str, quota: Quota) -> Self {
         self.limits.push((policy.to_owned(), quota));
         self
@@ -217,7 +219,8 @@ impl SharedRateLimiterBuilder {
     ///
     /// # Errors
     ///
-    /// [`BackendError::InvalidName`], [`BackendError::DuplicatePolicy`],
+    /// [`BackendError::InvalidName`], [`BackendError::ColonInPolicy`],
+    /// [`BackendError::DuplicatePolicy`],
     /// [`BackendError::InvalidShare`], [`BackendError::InvalidSetting`] for bad settings,
     /// [`BackendError::Client`] for a URL that does not parse, [`BackendError::NoRuntime`]
     /// outside a tokio runtime.
@@ -234,6 +237,9 @@ impl SharedRateLimiterBuilder {
                     what: "policy",
                     name: name.clone(),
                 });
+            }
+            if !key::valid_policy(name) {
+                return Err(BackendError::ColonInPolicy(name.clone()));
             }
             if self.limits[..i].iter().any(|(n, _)| n == name) {
                 return Err(BackendError::DuplicatePolicy(name.clone()));

@@ -43,6 +43,26 @@ pub enum BackendError {
         /// The name as given.
         name: String,
     },
+    /// A policy name with a `:`. Keys are `prefix:policy:{customer}`: prefix `svc` with
+    /// policy `a:b` and prefix `svc:a` with policy `b` would share every key. A prefix may
+    /// hold `:` (`svc:a` is a namespace); a policy may not.
+    ///
+    /// ```
+    /// use tollgate::{BackendError, SharedRateLimiter};
+    ///
+    /// let err = SharedRateLimiter::builder("10/s".parse()?, "redis://127.0.0.1:1/")
+    ///     .prefix("svc")
+    ///     .policy("a:b")
+    ///     .build()
+    ///     .unwrap_err();
+    /// assert!(matches!(err, BackendError::ColonInPolicy(ref p) if p == "a:b"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[error(
+        "invalid policy {}: a policy name may not contain ':' (keys are prefix:policy:{{customer}}, so it would share keys with another prefix)",
+        Quoted(.0)
+    )]
+    ColonInPolicy(String),
     /// Two limits with the same policy name (they would share one key).
     #[error("duplicate policy {}", Quoted(.0))]
     DuplicatePolicy(String),
