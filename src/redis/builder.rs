@@ -21,9 +21,10 @@ use crate::engine::quota::Quota;
 use crate::limiter::keyed::KeyedRateLimiter;
 use crate::safety::fault::FaultDetector;
 
-/// What a check answers when Redis cannot: it is down, slower than the deadline, or the
-/// breaker is open. Every such verdict says so, and is counted in
-/// [`SharedStats`](crate::SharedStats).
+/// What a check answers when Redis cannot decide it: the server is down (connection refused
+/// or lost), slower than the deadline, or the breaker is open; or it answered an error (a
+/// server or script error, a write refused under `maxmemory`) or a reply the script never
+/// gives. Every such verdict says so, and is counted in [`SharedStats`](crate::SharedStats).
 ///
 /// | policy | allowed | refused |
 /// |---|---|---|

@@ -7,8 +7,9 @@ use crate::engine::error::{InsufficientCapacity, Quoted};
 /// A shared check (or building a [`SharedRateLimiter`](crate::SharedRateLimiter)) that could
 /// not be carried out.
 ///
-/// Redis being slow or down is *not* an error: the check returns the verdict of the
-/// [`FailurePolicy`](crate::FailurePolicy), which says so. Errors are what retrying cannot fix.
+/// Redis being slow, down or at fault is *not* an error: the check returns the verdict of the
+/// [`FailurePolicy`](crate::FailurePolicy), which says so. Errors are the caller's mistakes and
+/// bad configuration, which retrying cannot fix.
 ///
 /// ```
 /// use tollgate::{BackendError, SharedRateLimiter};
@@ -81,8 +82,11 @@ pub enum BackendError {
     /// The Redis URL does not parse, or the client could not be set up.
     #[error("redis client: {0}")]
     Client(#[source] redis::RedisError),
-    /// The script answered something it never answers (a script of another version under
-    /// the same prefix, or a proxy in between); the check is not decided.
+    /// The script answered something it never answers (a proxy in between). Checks no longer
+    /// return it: such a reply is a backend fault, answered by the
+    /// [`FailurePolicy`](crate::FailurePolicy) and counted in
+    /// [`SharedStats::errors`](crate::SharedStats::errors). Kept so that code matching it
+    /// still compiles.
     #[error("unexpected reply from the redis script: {0}")]
     Protocol(String),
 }

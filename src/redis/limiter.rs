@@ -159,9 +159,10 @@ impl SharedRateLimiter {
     ///
     /// # Errors
     ///
-    /// [`BackendError::KeyTooLong`] for a key longer than [`MAX_KEY_BYTES`](Self::MAX_KEY_BYTES),
-    /// [`BackendError::Protocol`] if the script answers nonsense. Redis being unavailable is
-    /// not an error: see [`FailurePolicy`].
+    /// [`BackendError::KeyTooLong`] for a key longer than [`MAX_KEY_BYTES`](Self::MAX_KEY_BYTES)
+    /// (decided before any call). A backend fault is not an error: Redis slow or down, a
+    /// server or script error, or a reply the script never gives is answered by the
+    /// [`FailurePolicy`], so that `Closed` denies and never lets a check through unjudged.
     ///
     /// ```no_run
     /// # use tollgate::SharedRateLimiter;
@@ -495,10 +496,12 @@ impl SharedRateLimiter {
         }
         let reply = match outcome {
             Ok(Ok(Ok(reply))) => reply,
-            Ok(Ok(Err(protocol))) => {
+            // A reply the script never gives (a proxy in between, another script under the
+            // same SHA) decides nothing: a backend fault, answered like Redis being down.
+            Ok(Ok(Err(_unexpected))) => {
                 inner.breaker.failure(real.now_nanos(), permit);
                 bump(&inner.counters.errors, 1);
-                return Err(BackendError::Protocol(protocol));
+                return Ok(self.fallback(key, n, charge));
             }
             Ok(Err(_)) => {
                 inner.breaker.failure(real.now_nanos(), permit);
