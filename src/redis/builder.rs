@@ -258,13 +258,14 @@ impl SharedRateLimiterBuilder {
             return Err(BackendError::NoRuntime);
         }
         let client = redis::Client::open(self.url.as_str()).map_err(BackendError::Client)?;
-        // Reconnects are paced by the breaker (only probes call while it is open), and each
-        // reconnect tries twice with a short backoff: no storm when the server comes back.
+        // Reconnects are paced by the breaker (only probes call while it is open), so each
+        // reconnect is one attempt with no backoff of its own: no storm when the server comes
+        // back, and with no server the call that waits on the reconnect (see `decide`) is
+        // refused at once. A backoff here (50 ms and more) outlasted the deadline, and every
+        // call of an outage counted as a timeout.
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(1)))
-            .set_number_of_retries(1)
-            .set_min_delay(Duration::from_millis(50))
-            .set_max_delay(Duration::from_secs(1));
+            .set_number_of_retries(0);
         let con = ConnectionManager::new_lazy_with_config(client, config)
             .map_err(BackendError::Client)?;
         let local_clock = self.clock.clone().unwrap_or_default();

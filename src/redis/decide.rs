@@ -2,6 +2,10 @@
 //! the deadline, its outcome classified, and the failure policy's verdict when Redis cannot
 //! decide.
 
+use std::sync::atomic::AtomicU64;
+
+use redis::RedisError;
+
 use super::breaker::Permit;
 use super::builder::FailurePolicy;
 use super::error::BackendError;
@@ -9,7 +13,7 @@ use super::key::MAX_KEY_BYTES;
 use super::limit::{Limit, MAX_NOW_US};
 use super::limiter::SharedRateLimiter;
 use super::script::{Call, Reply};
-use super::stats::bump;
+use super::stats::{bump, Counters};
 use crate::engine::check::Check;
 use crate::engine::clock::{saturating_nanos, Clock};
 use crate::engine::error::InsufficientCapacity;
@@ -73,7 +77,8 @@ impl SharedRateLimiter {
         bump(&inner.counters.round_trips, 1);
         // A call that finds the connection lost starts a reconnect and fails at once; it tries
         // once more on the new connection, within the same deadline, so the first probe after
-        // a restart succeeds rather than the one after it.
+        // a restart succeeds rather than the one after it. The reconnect is one attempt with
+        // no backoff (see the builder): with no server, the retry is refused at once too.
         let attempt = async {
             match inner.script.run(&mut con, &call, &mut reloaded).await {
                 Err(e) if e.is_io_error() || e.is_connection_dropped() => {
@@ -86,28 +91,20 @@ impl SharedRateLimiter {
         if reloaded {
             bump(&inner.counters.script_reloads, 1);
         }
-        let reply = match outcome {
-            Ok(Ok(Ok(reply))) => reply,
+        let fault = match outcome {
+            Ok(Ok(Ok(reply))) => {
+                inner.breaker.success(real.now_nanos(), permit);
+                return Ok(self.verdict(key, &limits, &args, reply, local_now));
+            }
             // A reply the script never gives (a proxy in between, another script under the
             // same SHA) decides nothing: a backend fault, answered like Redis being down.
-            Ok(Ok(Err(_unexpected))) => {
-                inner.breaker.failure(real.now_nanos(), permit);
-                bump(&inner.counters.errors, 1);
-                return Ok(self.fallback(key, n, charge));
-            }
-            Ok(Err(_)) => {
-                inner.breaker.failure(real.now_nanos(), permit);
-                bump(&inner.counters.errors, 1);
-                return Ok(self.fallback(key, n, charge));
-            }
-            Err(_) => {
-                inner.breaker.failure(real.now_nanos(), permit);
-                bump(&inner.counters.timeouts, 1);
-                return Ok(self.fallback(key, n, charge));
-            }
+            Ok(Ok(Err(_unexpected))) => &inner.counters.errors,
+            Ok(Err(e)) => fault(&inner.counters, &e),
+            Err(_) => &inner.counters.timeouts,
         };
-        inner.breaker.success(real.now_nanos(), permit);
-        Ok(self.verdict(key, &limits, &args, reply, local_now))
+        inner.breaker.failure(real.now_nanos(), permit);
+        bump(fault, 1);
+        Ok(self.fallback(key, n, charge))
     }
 
     /// The verdict for the script's reply, remembering denials in the deny cache.
@@ -215,6 +212,21 @@ impl SharedRateLimiter {
                 }
             }
         }
+    }
+}
+
+/// The counter of a call the client failed: `timeouts` for an I/O timeout (a connect that got
+/// no answer), `refused` for any other I/O error — no server to talk to: the connection
+/// refused, reset, aborted or closed under the call (what a killed server looks like), the
+/// host unreachable — and `errors` for what a server answered (a server or script error, a
+/// reply of the wrong type).
+fn fault<'a>(c: &'a Counters, e: &RedisError) -> &'a AtomicU64 {
+    if e.is_timeout() {
+        &c.timeouts
+    } else if e.is_connection_refusal() || e.is_connection_dropped() || e.is_io_error() {
+        &c.refused
+    } else {
+        &c.errors
     }
 }
 
