@@ -37,9 +37,20 @@ pub(crate) fn prepare(
         .classifier
         .tier(parts)
         .map_err(|e| (String::new(), malformed(e)))?;
-    let key = match (shared.key.extract(parts), &shared.on_missing) {
+    let extracted = shared.key.extract(parts).and_then(|k| fits(shared, k));
+    let key = match (extracted, &shared.on_missing) {
         (Ok(k), _) => k,
-        (Err(_), OnMissingKey::Fallback(k)) => k.clone(),
+        (Err(_), OnMissingKey::Fallback(k)) => match fits(shared, k.clone()) {
+            Ok(k) => k,
+            Err(e) => {
+                let r = bad(
+                    StatusCode::BAD_REQUEST,
+                    RejectReason::MalformedKey,
+                    e.to_string(),
+                );
+                return Err((tier, r));
+            }
+        },
         (Err(e @ KeyError::Missing { .. }), OnMissingKey::Reject(status)) => {
             return Err((tier, bad(*status, RejectReason::MissingKey, e.to_string())));
         }
@@ -70,6 +81,25 @@ pub(crate) fn prepare(
     };
     let subject = Subject::new(key, tier, category, route);
     Ok((subject, Check::cost(cost).attempt(attempt)))
+}
+
+/// `key`, or why a limit cannot judge it. A source whose backend caps its keys
+/// ([`PolicySource::max_key_bytes`](super::PolicySource::max_key_bytes)) is never asked about
+/// a longer one: it could not judge it, and an unjudged request would pass whatever the
+/// source's failure policy. The client's error, answered as the extractors' malformed keys are.
+fn fits(shared: &Shared, key: String) -> Result<String, KeyError> {
+    let max = shared
+        .limits
+        .iter()
+        .filter_map(|e| e.source.max_key_bytes())
+        .min();
+    match max {
+        Some(max) if key.len() > max => Err(KeyError::Malformed {
+            what: format!("key of {} bytes (a limit takes at most {max})", key.len()),
+            why: "too long",
+        }),
+        _ => Ok(key),
+    }
 }
 
 /// The layer's response to a denied (or too costly) request.

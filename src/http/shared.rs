@@ -17,20 +17,23 @@ use crate::redis::limiter::SharedRateLimiter;
 ///   limit, with the main limit's quota in `RateLimit-Policy`. A denial's retry-after is the
 ///   latest of the limits that denied (with several [`limit`](crate::SharedRateLimiterBuilder::limit)s,
 ///   `remaining` is the tightest one's).
-/// * **Redis unavailable** is the [`FailurePolicy`](crate::FailurePolicy)'s verdict, not an
-///   error: `Open` and an allowed `Local` check pass the request through, marked
-///   ([`PassReason::BackendUnavailable`](crate::PassReason::BackendUnavailable)) and counted;
-///   `Closed` and a used-up local share answer `429` with the reason
-///   `backend_unavailable` / `local_share` and the fallback's retry-after.
+/// * **Redis unavailable or at fault** is the [`FailurePolicy`](crate::FailurePolicy)'s
+///   verdict, not an error: a timeout, a refused or lost connection, a server or script error,
+///   a reply the script never gives. `Open` and an allowed `Local` check pass the request
+///   through, marked ([`PassReason::BackendUnavailable`](crate::PassReason::BackendUnavailable))
+///   and counted; `Closed` and a used-up local share answer `429` with the reason
+///   `backend_unavailable` / `local_share` and the fallback's retry-after. `Closed` never
+///   passes a request through.
 /// * **Errors.** [`BackendError::InsufficientCapacity`] (a cost above the burst) is
-///   [`SourceError::InsufficientCapacity`] (`413`). Every other error
-///   ([`BackendError::KeyTooLong`], [`BackendError::Protocol`]) is
-///   [`SourceError::Backend`]: the request passes through, marked and counted. A key
-///   longer than [`SharedRateLimiter::MAX_KEY_BYTES`] (512) would thus not be limited: the
+///   [`SourceError::InsufficientCapacity`] (`413`). A key longer than
+///   [`SharedRateLimiter::MAX_KEY_BYTES`] (512) is the client's error, decided before any
+///   call: the source tells the layer its limit ([`PolicySource::max_key_bytes`]), and the
+///   layer answers a longer key as a malformed one (`400`, reason `malformed_key`, or the
+///   [`OnMissingKey::Fallback`](super::OnMissingKey::Fallback) key), whatever the failure
+///   policy. (Asked directly, the source answers [`SourceError::KeyTooLong`].) The
 ///   layer's extractors cap keys at [`DEFAULT_MAX_KEY_BYTES`](super::DEFAULT_MAX_KEY_BYTES)
-///   (256) and reject longer ones; a custom extractor or a
-///   [`HeaderKey::max_len`](super::HeaderKey::max_len) above 512 must not hand longer keys
-///   to this source.
+///   (256) by default, so this matters with a [`HeaderKey::max_len`](super::HeaderKey::max_len)
+///   above 512 or a custom extractor.
 /// * **Peek** asks Redis for a cost of 0 without writing (the local fallback peeks too).
 /// * **Refund** is not supported (the default, `false`): the script has no give-back
 ///   operation. When this is one of several limits of a layer and a later limit denies in a
@@ -81,6 +84,10 @@ impl PolicySource for SharedRateLimiter {
         false
     }
 
+    fn max_key_bytes(&self) -> Option<usize> {
+        Some(Self::MAX_KEY_BYTES)
+    }
+
     fn refund<'a>(
         &'a self,
         subject: &'a Subject,
@@ -101,6 +108,9 @@ impl SharedRateLimiter {
             Err(BackendError::InsufficientCapacity(ic)) => {
                 Err(SourceError::InsufficientCapacity(ic))
             }
+            Err(BackendError::KeyTooLong { len, max }) => Err(SourceError::KeyTooLong { len, max }),
+            // No other error comes out of a check (backend faults are the failure policy's
+            // verdicts); kept for the variants a later version may add.
             Err(e) => Err(SourceError::Backend(Box::new(e))),
         }
     }

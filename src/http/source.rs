@@ -144,11 +144,23 @@ pub enum SourceError {
     /// `413 Content Too Large`, reason `insufficient_capacity`).
     #[error(transparent)]
     InsufficientCapacity(#[from] InsufficientCapacity),
-    /// The source's backend failed (a Redis limiter that neither answered nor degraded).
-    /// The layer passes the request through, marked and counted: a limiter that cannot
-    /// judge must not become the outage (incident 000).
+    /// The source's backend failed (a limiter of the user's own that neither answered nor
+    /// degraded; the built-in sources never return it). The layer passes the request through,
+    /// marked and counted: a limiter that cannot judge must not become the outage
+    /// (incident 000).
     #[error("policy source failed: {0}")]
     Backend(Box<dyn std::error::Error + Send + Sync>),
+    /// The key is longer than the source's backend takes (its
+    /// [`max_key_bytes`](PolicySource::max_key_bytes)): the client's error, never a reason to
+    /// let the request through. The layer does not get here: it answers such a key itself
+    /// before asking any source, as a malformed key (`400`, reason `malformed_key`).
+    #[error("key of {len} bytes is longer than the limit of {max} bytes")]
+    KeyTooLong {
+        /// The key's length in bytes.
+        len: usize,
+        /// The longest the source takes.
+        max: usize,
+    },
 }
 
 /// A future of a judgement, borrowing the source and the subject.
@@ -249,6 +261,24 @@ pub trait PolicySource: Send + Sync + 'static {
     /// `false`.
     fn answers_now(&self) -> bool {
         false
+    }
+
+    /// The longest [`Subject::key`] the source can judge, in bytes, if its backend has a
+    /// limit (a [`SharedRateLimiter`](crate::SharedRateLimiter): 512). The layer rejects a
+    /// longer key before asking any source, as it does the extractors' malformed keys (`400`,
+    /// reason `malformed_key`, or the [`OnMissingKey::Fallback`](super::OnMissingKey) key):
+    /// a key a limit cannot judge is the client's error, never a pass. The default is `None`:
+    /// no limit.
+    ///
+    /// ```
+    /// use tollgate::http::PolicySource;
+    /// use tollgate::RateLimiter;
+    ///
+    /// assert_eq!(RateLimiter::new("10/s".parse()?).max_key_bytes(), None);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    fn max_key_bytes(&self) -> Option<usize> {
+        None
     }
 
     /// `true` if the source reads [`Subject::tier`], [`Subject::category`] or
@@ -379,6 +409,10 @@ impl<T: PolicySource + ?Sized> PolicySource for Arc<T> {
 
     fn answers_now(&self) -> bool {
         (**self).answers_now()
+    }
+
+    fn max_key_bytes(&self) -> Option<usize> {
+        (**self).max_key_bytes()
     }
 
     fn refund<'a>(

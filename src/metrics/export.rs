@@ -141,7 +141,7 @@ pub(super) fn describe() {
         );
         describe_counter!(
             REDIS_CALLS,
-            "Calls to Redis by result: ok, timeout, error, or not sent (breaker open)"
+            "Calls to Redis by result: sent, then timeout, error or refused (no server), or not sent (breaker open)"
         );
         describe_gauge!(
             REDIS_BREAKER_OPEN,

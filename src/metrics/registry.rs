@@ -308,7 +308,8 @@ impl MetricsRegistry {
     /// `denied`, `denied_cached`, `denied_clock_overflow`, `fallback_local_allowed`,
     /// `fallback_local_denied`, `fallback_open`, `fallback_closed`), its calls to Redis
     /// (`tollgate_redis_calls_total{limiter, result}`, result `sent`, `timeout`, `error`,
-    /// `breaker_rejected`, `script_reload`, `corrupt_value`), the breaker
+    /// `refused` (no server: connection refused, reset or lost), `breaker_rejected`,
+    /// `script_reload`, `corrupt_value`), the breaker
     /// (`tollgate_redis_breaker_open`, `tollgate_redis_breaker_opened_total`), and its fault
     /// detector's state if one is attached.
     ///
@@ -435,6 +436,7 @@ fn shared(name: &str, lim: &SharedRateLimiter) {
         ("sent", s.round_trips),
         ("timeout", s.timeouts),
         ("error", s.errors),
+        ("refused", s.refused),
         ("breaker_rejected", s.breaker_rejected),
         ("script_reload", s.script_reloads),
         ("corrupt_value", s.corrupt_values),

@@ -2,6 +2,11 @@
 //! ratio, stays open for a jittered cool-down (doubling, capped, while probes keep failing),
 //! then lets exactly one probe through (half-open) and closes when it succeeds.
 //!
+//! Every result is reported with the permit its call was let through with. Permits carry the
+//! breaker's generation, bumped by every change of state: a result of an earlier generation (a
+//! call let through before the breaker opened, answering late; a superseded probe) is ignored,
+//! so only the current probe closes an open breaker and only current calls count.
+//!
 //! A state machine over explicit `now` readings (ns): the limiter passes the OS clock, tests
 //! pass numbers.
 
@@ -110,13 +115,15 @@ impl BreakerConfig {
     }
 }
 
-/// What the breaker lets a call do.
+/// What the breaker lets a call do, stamped with the breaker's generation when it was given:
+/// a call's result speaks only for the period it was let through in (see
+/// [`Breaker::success`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Permit {
     /// Closed: call.
-    Call,
+    Call { generation: u64 },
     /// Half-open: this call is the probe.
-    Probe,
+    Probe { generation: u64 },
     /// Open: do not call.
     Reject,
 }
@@ -146,6 +153,9 @@ struct Inner {
     failures: u32,
     rng: u64,
     opened: u64,
+    /// Bumped by every change of state, a new probe included: a permit of an older generation
+    /// was given before the breaker last changed its mind.
+    generation: u64,
 }
 
 /// The breaker itself.
@@ -168,6 +178,7 @@ impl Breaker {
                 failures: 0,
                 rng: seed,
                 opened: 0,
+                generation: 0,
             }),
         }
     }
@@ -176,7 +187,9 @@ impl Breaker {
     pub(crate) fn permit(&self, now: u64) -> Permit {
         let mut s = self.inner.lock();
         match s.state {
-            State::Closed => Permit::Call,
+            State::Closed => Permit::Call {
+                generation: s.generation,
+            },
             State::Open { until, next }
             | State::HalfOpen {
                 reprobe: until,
@@ -187,39 +200,60 @@ impl Breaker {
                     reprobe: now.saturating_add(wait),
                     next,
                 };
-                Permit::Probe
+                // A new probe: one still out from before (its caller cancelled, or slower
+                // than the cool-down) no longer decides.
+                s.generation = s.generation.wrapping_add(1);
+                Permit::Probe {
+                    generation: s.generation,
+                }
             }
             _ => Permit::Reject,
         }
     }
 
-    /// The call (or probe) succeeded.
-    pub(crate) fn success(&self, now: u64) {
+    /// The call (or probe) that `permit` let through succeeded; `true` if this closed the
+    /// breaker. Only the current probe closes it: a call let through before the breaker
+    /// opened (or an earlier probe) answering within its deadline says Redis answered *then*,
+    /// not that it recovered since.
+    pub(crate) fn success(&self, now: u64, permit: Permit) -> bool {
         let mut s = self.inner.lock();
-        if s.state != State::Closed {
-            #[cfg(feature = "tracing")]
-            tracing::info!(
-                target: "tollgate::redis",
-                event = "breaker_closed",
-                opened = s.opened,
-                "Redis answered a probe: circuit breaker closed, checks go to Redis again"
-            );
-            s.state = State::Closed;
-            s.window_start = now;
-            s.calls = 0;
-            s.failures = 0;
+        match (s.state, permit) {
+            (State::Closed, Permit::Call { generation }) if generation == s.generation => {
+                s.consecutive = 0;
+                self.count(&mut s, now, false);
+                false
+            }
+            (State::HalfOpen { .. }, Permit::Probe { generation })
+                if generation == s.generation =>
+            {
+                #[cfg(feature = "tracing")]
+                tracing::info!(
+                    target: "tollgate::redis",
+                    event = "breaker_closed",
+                    opened = s.opened,
+                    "Redis answered a probe: circuit breaker closed, checks go to Redis again"
+                );
+                s.state = State::Closed;
+                s.generation = s.generation.wrapping_add(1);
+                s.window_start = now;
+                s.calls = 0;
+                s.failures = 0;
+                s.consecutive = 0;
+                self.count(&mut s, now, false);
+                true
+            }
+            _ => false,
         }
-        s.consecutive = 0;
-        self.count(&mut s, now, false);
     }
 
     /// The call failed or timed out; `permit` is what [`permit`](Self::permit) said for it.
-    /// Only a failed probe prolongs an open breaker (doubling the cool-down, up to the cap):
-    /// calls that were already out when it opened fail late, and say nothing new.
+    /// Only a failed current probe prolongs an open breaker (doubling the cool-down, up to the
+    /// cap): calls that were already out when it opened fail late, and say nothing new; nor
+    /// do they count against the next closed period.
     pub(crate) fn failure(&self, now: u64, permit: Permit) {
         let mut s = self.inner.lock();
         match (s.state, permit) {
-            (State::Closed, _) => {
+            (State::Closed, Permit::Call { generation }) if generation == s.generation => {
                 s.consecutive = s.consecutive.saturating_add(1);
                 self.count(&mut s, now, true);
                 let ratio_trips = s.calls >= self.config.min_calls
@@ -228,7 +262,9 @@ impl Breaker {
                     self.open(&mut s, now, self.config.open_min);
                 }
             }
-            (State::HalfOpen { next, .. }, Permit::Probe) => {
+            (State::HalfOpen { next, .. }, Permit::Probe { generation })
+                if generation == s.generation =>
+            {
                 let next = next.saturating_mul(2).min(self.config.open_max);
                 self.open(&mut s, now, next);
             }
@@ -275,6 +311,7 @@ impl Breaker {
             until: now.saturating_add(wait),
             next: cool,
         };
+        s.generation = s.generation.wrapping_add(1);
         s.consecutive = 0;
     }
 
@@ -304,105 +341,4 @@ fn jitter(rng: &mut u64, d: u64) -> u64 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const MS: u64 = 1_000_000;
-
-    fn config() -> BreakerConfig {
-        BreakerConfig::new()
-            .consecutive_failures(3)
-            .error_ratio(0.5, 10)
-            .open_for(Duration::from_millis(100), Duration::from_millis(400))
-    }
-
-    #[test]
-    fn opens_after_consecutive_failures_then_probes_once() {
-        let b = Breaker::new(config());
-        for _ in 0..2 {
-            b.failure(0, Permit::Call);
-        }
-        assert_eq!(b.permit(0), Permit::Call);
-        b.failure(0, Permit::Call);
-        assert_eq!(b.permit(0), Permit::Reject);
-        assert_eq!(
-            b.permit(49 * MS),
-            Permit::Reject,
-            "at least half the cool-down"
-        );
-        // After at most 1.5 × 100 ms: one probe, then nothing until it reports.
-        assert_eq!(b.permit(150 * MS), Permit::Probe);
-        assert_eq!(b.permit(151 * MS), Permit::Reject);
-        b.success(152 * MS);
-        assert_eq!(b.permit(152 * MS), Permit::Call);
-        assert_eq!(b.opened(), 1);
-    }
-
-    #[test]
-    fn failed_probes_double_the_cool_down_up_to_the_cap() {
-        let b = Breaker::new(config());
-        for _ in 0..3 {
-            b.failure(0, Permit::Call);
-        }
-        let mut now = 0;
-        let mut waits = Vec::new();
-        for _ in 0..5 {
-            let start = now;
-            while b.permit(now) != Permit::Probe {
-                now += MS;
-            }
-            waits.push(now - start);
-            b.failure(now, Permit::Probe);
-        }
-        // Cool-downs of 100, 200, 400, 400, 400 ms, each jittered to [0.5, 1.5).
-        for (w, base) in waits.iter().zip([100, 200, 400, 400, 400]) {
-            assert!(
-                *w >= base * MS / 2 && *w <= base * MS * 3 / 2 + MS,
-                "{waits:?}"
-            );
-        }
-        assert_eq!(b.opened(), 1, "one opening, however many failed probes");
-    }
-
-    #[test]
-    fn opens_on_the_error_ratio() {
-        let b = Breaker::new(config());
-        for i in 0..10 {
-            if i % 2 == 1 {
-                b.failure(i, Permit::Call);
-            } else {
-                b.success(i);
-            }
-        }
-        assert_eq!(
-            b.permit(10),
-            Permit::Reject,
-            "5 of 10 failed, never 2 in a row"
-        );
-    }
-
-    #[test]
-    fn late_failures_of_calls_made_while_closed_do_not_prolong_it() {
-        let b = Breaker::new(config());
-        for _ in 0..20 {
-            b.failure(0, Permit::Call);
-        }
-        assert_eq!(
-            b.permit(150 * MS),
-            Permit::Probe,
-            "still the first cool-down"
-        );
-    }
-
-    #[test]
-    fn a_lost_probe_does_not_keep_it_open_forever() {
-        let b = Breaker::new(config());
-        for _ in 0..3 {
-            b.failure(0, Permit::Call);
-        }
-        assert_eq!(b.permit(200 * MS), Permit::Probe);
-        // The probe's caller was cancelled: it never reports. Another probe goes later.
-        assert_eq!(b.permit(220 * MS), Permit::Reject);
-        assert_eq!(b.permit(400 * MS), Permit::Probe);
-    }
-}
+mod tests;

@@ -21,9 +21,10 @@ use crate::engine::quota::Quota;
 use crate::limiter::keyed::KeyedRateLimiter;
 use crate::safety::fault::FaultDetector;
 
-/// What a check answers when Redis cannot: it is down, slower than the deadline, or the
-/// breaker is open. Every such verdict says so, and is counted in
-/// [`SharedStats`](crate::SharedStats).
+/// What a check answers when Redis cannot decide it: the server is down (connection refused
+/// or lost), slower than the deadline, or the breaker is open; or it answered an error (a
+/// server or script error, a write refused under `maxmemory`) or a reply the script never
+/// gives. Every such verdict says so, and is counted in [`SharedStats`](crate::SharedStats).
 ///
 /// | policy | allowed | refused |
 /// |---|---|---|
@@ -106,7 +107,8 @@ impl SharedRateLimiterBuilder {
         self
     }
 
-    /// The policy name of the main limit (default `"default"`), the second part of its keys.
+    /// The policy name of the main limit (default `"default"`), the second part of its keys:
+    /// 1 to 64 bytes without `{`, `}` or `:` (a `:` would let another prefix share its keys).
     /// It is not versioned: a reload that changes the quota keeps every customer's state.
     pub fn policy(mut self, name: &str) -> Self {
         name.clone_into(&mut self.limits[0].0);
@@ -114,7 +116,8 @@ impl SharedRateLimiterBuilder {
     }
 
     /// Another limit that every check of a customer must also pass, in the same script call
-    /// (all or nothing): `"100/s"` and `"10000/d"` for the same customer, say.
+    /// (all or nothing): `"100/s"` and `"10000/d"` for the same customer, say. Its policy
+    /// name follows the rules of [`policy`](Self::policy).
     pub fn limit(mut self, policy: &str, quota: Quota) -> Self {
         self.limits.push((policy.to_owned(), quota));
         self
@@ -217,7 +220,8 @@ impl SharedRateLimiterBuilder {
     ///
     /// # Errors
     ///
-    /// [`BackendError::InvalidName`], [`BackendError::DuplicatePolicy`],
+    /// [`BackendError::InvalidName`], [`BackendError::ColonInPolicy`],
+    /// [`BackendError::DuplicatePolicy`],
     /// [`BackendError::InvalidShare`], [`BackendError::InvalidSetting`] for bad settings,
     /// [`BackendError::Client`] for a URL that does not parse, [`BackendError::NoRuntime`]
     /// outside a tokio runtime.
@@ -235,6 +239,9 @@ impl SharedRateLimiterBuilder {
                     name: name.clone(),
                 });
             }
+            if !key::valid_policy(name) {
+                return Err(BackendError::ColonInPolicy(name.clone()));
+            }
             if self.limits[..i].iter().any(|(n, _)| n == name) {
                 return Err(BackendError::DuplicatePolicy(name.clone()));
             }
@@ -251,13 +258,14 @@ impl SharedRateLimiterBuilder {
             return Err(BackendError::NoRuntime);
         }
         let client = redis::Client::open(self.url.as_str()).map_err(BackendError::Client)?;
-        // Reconnects are paced by the breaker (only probes call while it is open), and each
-        // reconnect tries twice with a short backoff: no storm when the server comes back.
+        // Reconnects are paced by the breaker (only probes call while it is open), so each
+        // reconnect is one attempt with no backoff of its own: no storm when the server comes
+        // back, and with no server the call that waits on the reconnect (see `decide`) is
+        // refused at once. A backoff here (50 ms and more) outlasted the deadline, and every
+        // call of an outage counted as a timeout.
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(1)))
-            .set_number_of_retries(1)
-            .set_min_delay(Duration::from_millis(50))
-            .set_max_delay(Duration::from_secs(1));
+            .set_number_of_retries(0);
         let con = ConnectionManager::new_lazy_with_config(client, config)
             .map_err(BackendError::Client)?;
         let local_clock = self.clock.clone().unwrap_or_default();

@@ -7,8 +7,9 @@ use crate::engine::error::{InsufficientCapacity, Quoted};
 /// A shared check (or building a [`SharedRateLimiter`](crate::SharedRateLimiter)) that could
 /// not be carried out.
 ///
-/// Redis being slow or down is *not* an error: the check returns the verdict of the
-/// [`FailurePolicy`](crate::FailurePolicy), which says so. Errors are what retrying cannot fix.
+/// Redis being slow, down or at fault is *not* an error: the check returns the verdict of the
+/// [`FailurePolicy`](crate::FailurePolicy), which says so. Errors are the caller's mistakes and
+/// bad configuration, which retrying cannot fix.
 ///
 /// ```
 /// use tollgate::{BackendError, SharedRateLimiter};
@@ -43,6 +44,26 @@ pub enum BackendError {
         /// The name as given.
         name: String,
     },
+    /// A policy name with a `:`. Keys are `prefix:policy:{customer}`: prefix `svc` with
+    /// policy `a:b` and prefix `svc:a` with policy `b` would share every key. A prefix may
+    /// hold `:` (`svc:a` is a namespace); a policy may not.
+    ///
+    /// ```
+    /// use tollgate::{BackendError, SharedRateLimiter};
+    ///
+    /// let err = SharedRateLimiter::builder("10/s".parse()?, "redis://127.0.0.1:1/")
+    ///     .prefix("svc")
+    ///     .policy("a:b")
+    ///     .build()
+    ///     .unwrap_err();
+    /// assert!(matches!(err, BackendError::ColonInPolicy(ref p) if p == "a:b"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[error(
+        "invalid policy {}: a policy name may not contain ':' (keys are prefix:policy:{{customer}}, so it would share keys with another prefix)",
+        Quoted(.0)
+    )]
+    ColonInPolicy(String),
     /// Two limits with the same policy name (they would share one key).
     #[error("duplicate policy {}", Quoted(.0))]
     DuplicatePolicy(String),
@@ -61,8 +82,11 @@ pub enum BackendError {
     /// The Redis URL does not parse, or the client could not be set up.
     #[error("redis client: {0}")]
     Client(#[source] redis::RedisError),
-    /// The script answered something it never answers (a script of another version under
-    /// the same prefix, or a proxy in between); the check is not decided.
+    /// The script answered something it never answers (a proxy in between). Checks no longer
+    /// return it: such a reply is a backend fault, answered by the
+    /// [`FailurePolicy`](crate::FailurePolicy) and counted in
+    /// [`SharedStats::errors`](crate::SharedStats::errors). Kept so that code matching it
+    /// still compiles.
     #[error("unexpected reply from the redis script: {0}")]
     Protocol(String),
 }

@@ -1,4 +1,5 @@
-//! Keys: `prefix:policy:{customer}`, every key of one customer in one cluster slot.
+//! Keys: `prefix:policy:{customer}`, every key of one customer in one cluster slot. A policy
+//! name holds no `:` (a prefix may), so a key names one prefix and one policy.
 //!
 //! The customer part is attacker-controlled. It is escaped so that the hash tag (the bytes
 //! between the first `{` and the next `}`) is always exactly the escaped customer and never
@@ -11,9 +12,19 @@ pub(crate) const MAX_KEY_BYTES: usize = 512;
 /// The longest prefix or policy name.
 const MAX_NAME_BYTES: usize = 64;
 
-/// `true` if `name` may be a prefix or a policy name.
+/// `true` if `name` may be a prefix (or, without a `:`, a policy name).
 pub(crate) fn valid_name(name: &str) -> bool {
     !name.is_empty() && name.len() <= MAX_NAME_BYTES && !name.contains(['{', '}'])
+}
+
+/// `true` if `name` may be a policy name: a [`valid_name`] without `:`. The policy is the last
+/// segment before the customer, so a `:` in it would let two deployments share keys (prefix
+/// `svc` with policy `a:b`, prefix `svc:a` with policy `b`). Refused rather than escaped:
+/// escaping would rename existing keys, a fresh burst for every customer on upgrade. A prefix
+/// keeps its `:`s: `svc:a` is a legitimate namespace, and with colon-free policies the prefix
+/// is unambiguously everything before the key's last-but-one `:` ahead of `{`.
+pub(crate) fn valid_policy(name: &str) -> bool {
+    valid_name(name) && !name.contains(':')
 }
 
 /// `prefix:policy:{`: the part of a key before the customer.
@@ -72,6 +83,42 @@ mod tests {
         tags.dedup();
         assert_eq!(tags.len(), customers.len(), "escaping is injective");
         assert_eq!(key(&a, b"x}y"), b"tg:api:{x%7Dy}".to_vec());
+    }
+
+    /// Issue 18: prefix `svc` with policy `a:b` and prefix `svc:a` with policy `b` gave the
+    /// same keys. With `:` refused in policies (and allowed in prefixes), the part of a key
+    /// before its first `{` is `prefix:policy:`, the policy is what stands between its last
+    /// two `:`, so a key names one prefix, one policy and one customer.
+    #[test]
+    fn prefixes_with_colons_and_policies_without_never_collide() {
+        assert!(!valid_policy("a:b") && !valid_policy(":") && !valid_policy("a:"));
+        assert!(valid_policy("a") && valid_name("svc:a") && valid_name("a:b"));
+        let prefixes = ["svc", "svc:a", "svc:a:b", "a", ":", "svc:", ":svc", "s%v"];
+        let policies = ["a", "b", "a%3Ab", "ab", "default", "%"];
+        let customers: [&[u8]; 8] = [b"", b"b", b"a:b", b":", b"{c}", b"b:{c}", b"%", b"}"];
+        let mut seen = std::collections::HashMap::new();
+        for prefix in prefixes {
+            assert!(valid_name(prefix), "{prefix}");
+            for policy in policies {
+                assert!(valid_policy(policy), "{policy}");
+                for customer in customers {
+                    let k = key(&head(prefix, policy), customer);
+                    let (p, q, _) = split(&k);
+                    assert_eq!((p, q), (prefix, policy), "{k:?} read back");
+                    if let Some(other) = seen.insert(k.clone(), (prefix, policy, customer)) {
+                        panic!("{k:?}: {other:?} and {:?}", (prefix, policy, customer));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Reads a key back: prefix, policy, escaped customer.
+    fn split(k: &[u8]) -> (&str, &str, &[u8]) {
+        let open = k.iter().position(|&b| b == b'{').unwrap();
+        let before = core::str::from_utf8(&k[..open - 1]).unwrap(); // without the last ':'
+        let (prefix, policy) = before.rsplit_once(':').unwrap();
+        (prefix, policy, &k[open..])
     }
 
     #[test]

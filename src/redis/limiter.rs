@@ -1,5 +1,5 @@
-//! [`SharedRateLimiter`]: the check path — the deny cache, the breaker, one script call under
-//! the deadline, and the failure policy.
+//! [`SharedRateLimiter`]: the type, its public checks and settings, and the fault detector's
+//! watch over its verdicts; the check path itself is in `decide.rs`.
 
 use core::fmt;
 use core::time::Duration;
@@ -8,19 +8,18 @@ use std::sync::Arc;
 use parking_lot::RwLock;
 use redis::aio::ConnectionManager;
 
-use super::breaker::{Breaker, Permit};
+use super::breaker::Breaker;
 use super::builder::{local_quota, FailurePolicy, SharedRateLimiterBuilder};
 use super::cache::DenyCache;
 use super::error::BackendError;
 use super::key::{self, MAX_KEY_BYTES};
-use super::limit::{Limit, MAX_NOW_US};
-use super::script::{Call, GcraScript, Reply};
-use super::stats::{bump, Counters, SharedStats};
+use super::limit::Limit;
+use super::script::GcraScript;
+use super::stats::{Counters, SharedStats};
 use crate::engine::check::Check;
 use crate::engine::clock::Clock;
-use crate::engine::error::InsufficientCapacity;
 use crate::engine::quota::Quota;
-use crate::engine::verdict::{Denied, DenyReason, PassReason, PassThrough, Shadow, Verdict};
+use crate::engine::verdict::{Denied, DenyReason, PassThrough, Shadow, Verdict};
 use crate::limiter::keyed::KeyedRateLimiter;
 use crate::safety::fault::FaultDetector;
 
@@ -159,9 +158,10 @@ impl SharedRateLimiter {
     ///
     /// # Errors
     ///
-    /// [`BackendError::KeyTooLong`] for a key longer than [`MAX_KEY_BYTES`](Self::MAX_KEY_BYTES),
-    /// [`BackendError::Protocol`] if the script answers nonsense. Redis being unavailable is
-    /// not an error: see [`FailurePolicy`].
+    /// [`BackendError::KeyTooLong`] for a key longer than [`MAX_KEY_BYTES`](Self::MAX_KEY_BYTES)
+    /// (decided before any call). A backend fault is not an error: Redis slow or down, a
+    /// server or script error, or a reply the script never gives is answered by the
+    /// [`FailurePolicy`], so that `Closed` denies and never lets a check through unjudged.
     ///
     /// ```no_run
     /// # use tollgate::SharedRateLimiter;
@@ -422,214 +422,6 @@ impl SharedRateLimiter {
             other => other,
         }
     }
-
-    pub(crate) async fn decide(
-        &self,
-        key: &[u8],
-        n: u64,
-        charge: bool,
-    ) -> Result<Verdict, BackendError> {
-        let inner = &*self.inner;
-        if key.len() > MAX_KEY_BYTES {
-            return Err(BackendError::KeyTooLong {
-                len: key.len(),
-                max: MAX_KEY_BYTES,
-            });
-        }
-        let limits: Vec<Limit> = inner.limits.read().iter().map(|(_, l)| *l).collect();
-        let mut args = Vec::with_capacity(limits.len());
-        for l in &limits {
-            let w = l.weight(n).ok_or(InsufficientCapacity::new(n, l.burst()))?;
-            args.push((w, l.tau()));
-        }
-        let local_now = inner.local_clock.now_nanos() / 1000;
-        if n > 0 {
-            let ws: Vec<u64> = args.iter().map(|a| a.0).collect();
-            if let Some(retry) = inner.cache.lookup(key, &ws, local_now) {
-                bump(&inner.counters.denied_cached, 1);
-                return Ok(deny_us(retry, DenyReason::Quota));
-            }
-        }
-        let now = match &inner.clock {
-            Some(c) => {
-                let us = c.now_nanos() / 1000;
-                if us > MAX_NOW_US {
-                    bump(&inner.counters.denied_clock_overflow, 1);
-                    return Ok(overflow());
-                }
-                Some(us)
-            }
-            None => None,
-        };
-        let real = Clock::os();
-        let permit = inner.breaker.permit(real.now_nanos());
-        if permit == Permit::Reject {
-            bump(&inner.counters.breaker_rejected, 1);
-            return Ok(self.fallback(key, n, charge));
-        }
-        let keys = self.keys(key);
-        let call = Call {
-            keys: &keys,
-            now,
-            charge,
-            min_ttl_ms: inner.min_ttl_ms,
-            limits: &args,
-        };
-        let mut con = inner.con.clone();
-        let mut reloaded = false;
-        bump(&inner.counters.round_trips, 1);
-        // A call that finds the connection lost starts a reconnect and fails at once; it tries
-        // once more on the new connection, within the same deadline, so the first probe after
-        // a restart succeeds rather than the one after it.
-        let attempt = async {
-            match inner.script.run(&mut con, &call, &mut reloaded).await {
-                Err(e) if e.is_io_error() || e.is_connection_dropped() => {
-                    inner.script.run(&mut con, &call, &mut reloaded).await
-                }
-                other => other,
-            }
-        };
-        let outcome = tokio::time::timeout(inner.deadline, attempt).await;
-        if reloaded {
-            bump(&inner.counters.script_reloads, 1);
-        }
-        let reply = match outcome {
-            Ok(Ok(Ok(reply))) => reply,
-            Ok(Ok(Err(protocol))) => {
-                inner.breaker.failure(real.now_nanos(), permit);
-                bump(&inner.counters.errors, 1);
-                return Err(BackendError::Protocol(protocol));
-            }
-            Ok(Err(_)) => {
-                inner.breaker.failure(real.now_nanos(), permit);
-                bump(&inner.counters.errors, 1);
-                return Ok(self.fallback(key, n, charge));
-            }
-            Err(_) => {
-                inner.breaker.failure(real.now_nanos(), permit);
-                bump(&inner.counters.timeouts, 1);
-                return Ok(self.fallback(key, n, charge));
-            }
-        };
-        inner.breaker.success(real.now_nanos());
-        Ok(self.verdict(key, &limits, &args, reply, local_now))
-    }
-
-    /// The verdict for the script's reply, remembering denials in the deny cache.
-    fn verdict(
-        &self,
-        key: &[u8],
-        limits: &[Limit],
-        args: &[(u64, u64)],
-        reply: Reply,
-        local_now: u64,
-    ) -> Verdict {
-        let inner = &*self.inner;
-        let (conforms, aheads, corrupt) = match reply {
-            Reply::ClockOutOfRange => {
-                bump(&inner.counters.denied_clock_overflow, 1);
-                return overflow();
-            }
-            Reply::Decided {
-                conforms,
-                aheads,
-                corrupt,
-                ..
-            } => (conforms, aheads, corrupt),
-        };
-        bump(&inner.counters.corrupt_values, corrupt);
-        if conforms {
-            bump(&inner.counters.allowed, 1);
-            // The tightest limit speaks: the fewest units left.
-            let best = limits
-                .iter()
-                .zip(&aheads)
-                .map(|(l, &a)| l.allowed(a))
-                .min_by_key(|a| (a.remaining(), core::cmp::Reverse(a.reset_after())));
-            return best.map_or(deny_us(0, DenyReason::Quota), Verdict::Allow);
-        }
-        bump(&inner.counters.denied, 1);
-        let mut retry = 0;
-        for (i, (l, (&a, &(w, tau)))) in limits.iter().zip(aheads.iter().zip(args)).enumerate() {
-            if a > tau {
-                retry = retry.max(a - tau);
-                // Denied, so the TAT is ahead of now by a − w.
-                let unit = l.weight(1).unwrap_or(tau);
-                inner
-                    .cache
-                    .remember(i, key, local_now + (a - w), tau, unit, local_now);
-            }
-        }
-        deny_us(retry, DenyReason::Quota)
-    }
-
-    /// The failure policy's verdict, counted.
-    fn fallback(&self, key: &[u8], n: u64, charge: bool) -> Verdict {
-        let inner = &*self.inner;
-        let c = &inner.counters;
-        match inner.failure {
-            FailurePolicy::Open => {
-                bump(&c.fallback_open, 1);
-                Verdict::PassThrough(PassThrough::new(
-                    PassReason::BackendUnavailable,
-                    Shadow::Unknown,
-                ))
-            }
-            FailurePolicy::Closed => {
-                bump(&c.fallback_closed, 1);
-                let retry = super::super::engine::clock::saturating_nanos(inner.retry_closed);
-                Verdict::Deny(Denied::new(retry, DenyReason::BackendUnavailable))
-            }
-            FailurePolicy::Local => {
-                let mut retry = None;
-                for p in &inner.policies {
-                    let Some(local) = &p.local else { continue };
-                    let v = if charge {
-                        local.check_key_with(key, Check::cost(n))
-                    } else {
-                        Ok(local.peek_key(key))
-                    };
-                    match v {
-                        Ok(Verdict::Deny(d)) => {
-                            retry = retry.max(Some(d.retry_after_nanos()));
-                        }
-                        // The cost exceeds this node's share of the burst: it cannot pass
-                        // here; come back when Redis may be back.
-                        Err(_) => {
-                            let r =
-                                super::super::engine::clock::saturating_nanos(inner.retry_closed);
-                            retry = retry.max(Some(r));
-                        }
-                        Ok(_) => {}
-                    }
-                    if retry.is_some() {
-                        break;
-                    }
-                }
-                match retry {
-                    Some(r) => {
-                        bump(&c.fallback_local_denied, 1);
-                        Verdict::Deny(Denied::new(r, DenyReason::LocalShare))
-                    }
-                    None => {
-                        bump(&c.fallback_local_allowed, 1);
-                        Verdict::PassThrough(PassThrough::new(
-                            PassReason::BackendUnavailable,
-                            Shadow::Allow,
-                        ))
-                    }
-                }
-            }
-        }
-    }
-}
-
-fn deny_us(retry_us: u64, reason: DenyReason) -> Verdict {
-    Verdict::Deny(Denied::new(retry_us.saturating_mul(1000), reason))
-}
-
-fn overflow() -> Verdict {
-    Verdict::Deny(Denied::new(u64::MAX, DenyReason::ClockOverflow))
 }
 
 impl fmt::Debug for SharedRateLimiter {

@@ -32,10 +32,18 @@ pub struct SharedStats {
     pub fallback_open: u64,
     /// Fallback (`FailurePolicy::Closed`): denied.
     pub fallback_closed: u64,
-    /// Calls to Redis that ran past the deadline.
+    /// Calls to Redis that ran past the deadline: a slow or paused server, and what cannot be
+    /// told from one — a host that answers nothing at all (powered off or partitioned away
+    /// without a reset, packets dropped by a firewall), a refusal that arrives after the
+    /// deadline.
     pub timeouts: u64,
-    /// Calls to Redis that failed (connection refused or lost, a server error).
+    /// Calls to Redis that the server answered with an error (a server or script error, a
+    /// write refused under `maxmemory`) or with a reply the script never gives.
     pub errors: u64,
+    /// Calls to Redis that found no server: the connection refused, reset or lost under the
+    /// call, the host unreachable (a killed server, a wrong port). Answered by the failure
+    /// policy as soon as the client reports it, not at the deadline.
+    pub refused: u64,
     /// Checks not sent because the breaker was open.
     pub breaker_rejected: u64,
     /// Times the breaker opened.
@@ -81,6 +89,7 @@ pub(crate) struct Counters {
     pub(crate) fallback_closed: AtomicU64,
     pub(crate) timeouts: AtomicU64,
     pub(crate) errors: AtomicU64,
+    pub(crate) refused: AtomicU64,
     pub(crate) breaker_rejected: AtomicU64,
     pub(crate) script_reloads: AtomicU64,
     pub(crate) corrupt_values: AtomicU64,
@@ -106,6 +115,7 @@ impl Counters {
             fallback_closed: r(&self.fallback_closed),
             timeouts: r(&self.timeouts),
             errors: r(&self.errors),
+            refused: r(&self.refused),
             breaker_rejected: r(&self.breaker_rejected),
             breaker_opened,
             script_reloads: r(&self.script_reloads),
