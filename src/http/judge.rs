@@ -64,6 +64,13 @@ pub(crate) enum Outcome {
         cost: u64,
         capacity: u64,
     },
+    /// A limit cannot take a key this long ([`SourceError::KeyTooLong`]): the client's error,
+    /// never a pass-through.
+    KeyTooLong {
+        policy: Arc<str>,
+        len: usize,
+        max: usize,
+    },
 }
 
 impl Outcome {
@@ -97,7 +104,7 @@ pub(crate) async fn judge(shared: &Shared, subject: &Subject, check: Check) -> O
     for (i, e) in limits.iter().enumerate() {
         let p = e.source.peek(subject, check).resolve().await;
         let short = match &p {
-            Err(SourceError::InsufficientCapacity(_)) => true,
+            Err(SourceError::InsufficientCapacity(_) | SourceError::KeyTooLong { .. }) => true,
             Ok(j) => match j.verdict() {
                 Verdict::Deny(_) => true,
                 Verdict::Allow(a) => j.is_matched() && a.remaining() < check.units(),
@@ -144,7 +151,7 @@ pub(crate) async fn judge(shared: &Shared, subject: &Subject, check: Check) -> O
 fn is_permitted(j: &Judged) -> bool {
     match j {
         Ok(j) => j.verdict().is_permitted(),
-        Err(SourceError::InsufficientCapacity(_)) => false,
+        Err(SourceError::InsufficientCapacity(_) | SourceError::KeyTooLong { .. }) => false,
         Err(_) => true,
     }
 }
@@ -156,6 +163,7 @@ struct Acc {
     passed: Option<PassedThrough>,
     denial: Option<(usize, Denied)>,
     too_big: Option<(Arc<str>, u64, u64)>,
+    key_too_long: Option<(Arc<str>, usize, usize)>,
 }
 
 impl Acc {
@@ -163,6 +171,10 @@ impl Acc {
         let j = match j {
             Err(SourceError::InsufficientCapacity(ic)) => {
                 self.too_big = Some((Arc::clone(&e.name), ic.cost(), ic.capacity()));
+                return;
+            }
+            Err(SourceError::KeyTooLong { len, max }) => {
+                self.key_too_long = Some((Arc::clone(&e.name), len, max));
                 return;
             }
             Err(_) => {
@@ -214,6 +226,10 @@ impl Acc {
 
     /// The outcome: an allowed request keeps its charges, a rejected one gives them back.
     async fn finish(self, charges: Charges<'_>) -> Outcome {
+        if let Some((policy, len, max)) = self.key_too_long {
+            charges.refund().await;
+            return Outcome::KeyTooLong { policy, len, max };
+        }
         if let Some((policy, cost, capacity)) = self.too_big {
             charges.refund().await;
             return Outcome::TooBig {

@@ -148,6 +148,19 @@ pub(crate) fn rejected<RB>(
             };
             reject(shared, subject.tier(), &rejection, &[], None)
         }
+        Outcome::KeyTooLong { policy, len, max } => {
+            let rejection = Rejection {
+                status: StatusCode::BAD_REQUEST,
+                reason: RejectReason::MalformedKey,
+                detail: format!(
+                    "key of {len} bytes is longer than policy {policy:?} takes ({max} bytes)"
+                ),
+                policy: Some(policy),
+                retry_after: None,
+                grpc,
+            };
+            reject(shared, subject.tier(), &rejection, &[], None)
+        }
         Outcome::Allowed { .. } => {
             // Not reached: callers pass denials only. Answer as a plain denial of nothing.
             let rejection = too_many(None, Denied::new(0, crate::DenyReason::Quota), grpc, false);

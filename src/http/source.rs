@@ -152,8 +152,10 @@ pub enum SourceError {
     Backend(Box<dyn std::error::Error + Send + Sync>),
     /// The key is longer than the source's backend takes (its
     /// [`max_key_bytes`](PolicySource::max_key_bytes)): the client's error, never a reason to
-    /// let the request through. The layer does not get here: it answers such a key itself
-    /// before asking any source, as a malformed key (`400`, reason `malformed_key`).
+    /// let the request through. The layer answers such a key itself before asking any source
+    /// that declares its `max_key_bytes`, as a malformed key (`400`, reason `malformed_key`);
+    /// a source that returns this error anyway (a wrapper that does not forward
+    /// `max_key_bytes`) gets the same answer, with what it charged given back.
     #[error("key of {len} bytes is longer than the limit of {max} bytes")]
     KeyTooLong {
         /// The key's length in bytes.
