@@ -54,10 +54,12 @@ mod validate;
 pub use change::{Direction, QuotaChange};
 pub use diff::{Change, Diff, PolicyChange, Tightening};
 pub use errors::ConfigErrors;
+pub use errors::MAX_LISTED_ERRORS;
 pub use format::Format;
 pub use model::{Acknowledgement, Matcher, Policy};
 pub use moves::TrafficMove;
-pub use parse::{MAX_DEPTH, MAX_DOCUMENT_BYTES};
+pub use parse::{MAX_DEPTH, MAX_DOCUMENT_BYTES, MAX_POLICIES};
+pub use validate::MAX_ALSO_POLICIES;
 
 /// The tightening factor beyond which a change needs an acknowledgement: 10×.
 pub const DEFAULT_GUARD: f64 = 10.0;
