@@ -143,7 +143,24 @@ pub const DEFAULT_GUARD: f64 = 10.0;
 /// [`MAX_DOCUMENT_BYTES`] (16 MiB) is refused before it is parsed, and YAML aliases may copy
 /// at most about the document's own size ([`ConfigErrorKind::TooLarge`]); nesting deeper
 /// than [`MAX_DEPTH`] (64 levels) is refused where the parser meets it
-/// ([`ConfigErrorKind::TooDeep`]).
+/// ([`ConfigErrorKind::TooDeep`]). A document has at most [`MAX_POLICIES`] (100,000)
+/// policies, refused where the parser meets the one past the cap, before the rest is read
+/// ([`ConfigErrorKind::TooManyPolicies`]), and at most [`MAX_ALSO_POLICIES`] (64) of them
+/// marked `also`, since a request is checked against each that matches
+/// ([`ConfigErrorKind::TooManyAlsoPolicies`]). Of the errors found, the first
+/// [`MAX_LISTED_ERRORS`] (1,000) are listed and the rest counted
+/// ([`ConfigErrors::omitted`]).
+///
+/// ```
+/// use tollgate::{ConfigErrorKind, Limits, MAX_POLICIES};
+///
+/// let policy = "[[policies]]\nname = \"p\"\nmatch = { route = \"/\" }\nquota = \"1/s\"\n";
+/// let doc = format!("schema = 1\nrevision = 1\n{}", policy.repeat(MAX_POLICIES + 1));
+/// let errs = Limits::from_toml(&doc).unwrap_err();
+/// assert_eq!((errs.len(), errs[0].kind()), (1, ConfigErrorKind::TooManyPolicies));
+/// assert_eq!(errs[0].line(), Some(3 + 4 * MAX_POLICIES)); // where the 100,001st starts
+/// # Ok::<(), tollgate::ConfigErrors>(())
+/// ```
 ///
 /// ```
 /// use tollgate::Limits;

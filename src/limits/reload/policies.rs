@@ -111,15 +111,19 @@ pub(crate) struct Entry {
 pub(crate) struct Handover {
     /// Limiters kept whose quota changes.
     requota: Vec<(Arc<KeyedRateLimiter<String>>, Quota)>,
-    /// The old document's limiters and the new one's, and the policies kept whose limiter
-    /// was not built when the new document was prepared (their positions in the old and the
-    /// new, and their new quota): if a check of the old document built one since, the new
-    /// document takes it over, so no key checked meanwhile loses its state.
-    unbuilt: Option<(
-        Arc<[PolicyLimiter]>,
-        Arc<[PolicyLimiter]>,
-        Vec<(usize, usize, Quota)>,
-    )>,
+    /// Policies kept whose limiter was not built when the new document was prepared.
+    unbuilt: Option<Unbuilt>,
+}
+
+/// Policies kept whose limiter was not built when the new document was prepared: if a check
+/// of the old document built one since, the new document takes it over, so no key checked
+/// meanwhile loses its state.
+#[derive(Debug)]
+struct Unbuilt {
+    old: Arc<[PolicyLimiter]>,
+    new: Arc<[PolicyLimiter]>,
+    /// Each policy's position in the old document and in the new, and its new quota.
+    kept: Vec<(usize, usize, Quota)>,
 }
 
 impl Handover {
@@ -128,7 +132,7 @@ impl Handover {
         for (limiter, quota) in self.requota {
             limiter.set_quota(quota);
         }
-        let Some((old, new, kept)) = self.unbuilt else {
+        let Some(Unbuilt { old, new, kept }) = self.unbuilt else {
             return;
         };
         for (j, i, quota) in kept {
@@ -223,7 +227,8 @@ impl Policies {
         let limiters: Arc<[PolicyLimiter]> = limiters.into();
         if !unbuilt_kept.is_empty() {
             let (old, new) = (Arc::clone(&self.limiters), Arc::clone(&limiters));
-            handover.unbuilt = Some((old, new, unbuilt_kept));
+            let kept = unbuilt_kept;
+            handover.unbuilt = Some(Unbuilt { old, new, kept });
         }
         let next = Self {
             limits: next,
