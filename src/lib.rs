@@ -242,8 +242,8 @@ pub use limiter::wait::Wait;
 #[cfg(feature = "config")]
 pub use limits::document::{
     Acknowledgement, Change, ConfigErrors, Diff, Direction, Format, Limits, Matcher, Policy,
-    PolicyChange, QuotaChange, Tightening, TrafficMove, DEFAULT_GUARD, MAX_DEPTH,
-    MAX_DOCUMENT_BYTES,
+    PolicyChange, QuotaChange, Tightening, TrafficMove, DEFAULT_GUARD, MAX_ALSO_POLICIES,
+    MAX_DEPTH, MAX_DOCUMENT_BYTES, MAX_LISTED_ERRORS, MAX_POLICIES,
 };
 #[cfg(feature = "config")]
 pub use limits::reload::{

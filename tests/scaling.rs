@@ -227,7 +227,15 @@ fn reload_scales_near_linearly() {
         "LimitsHandle::reload",
         |n| {
             let (old, new) = transition(n);
-            (LimitsHandle::builder(old).max_keys(16).build(), Some(new))
+            let handle = LimitsHandle::builder(old).max_keys(16).build();
+            // A handle in service: every policy's limiter built (by its first check), so the
+            // reload re-quotas each. Unbuilt ones cost little more than the transition check,
+            // whose memory-bound share then makes the 4n case look super-linear in time
+            // while its instructions stay linear (callgrind: 18.8 M at n, 76.3 M at 4n).
+            for policy in handle.limits().policies() {
+                let _ = handle.limiter(policy.name());
+            }
+            (handle, Some(new))
         },
         |(handle, new)| {
             let new = new

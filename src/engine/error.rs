@@ -208,6 +208,12 @@ pub enum ConfigErrorKind {
     /// before it is parsed, or YAML aliases that would copy more than the document's own
     /// size (an alias bomb).
     TooLarge,
+    /// More than [`MAX_POLICIES`](crate::MAX_POLICIES) policies, refused as the parser meets
+    /// the one past the cap (with its line and column), before the rest is read.
+    TooManyPolicies,
+    /// More than [`MAX_ALSO_POLICIES`](crate::MAX_ALSO_POLICIES) policies marked `also`: a
+    /// request is checked against every one of them that matches.
+    TooManyAlsoPolicies,
 }
 
 /// One problem in a limits document: where it is ([`path`](ConfigError::path), by policy

@@ -49,15 +49,19 @@ mod moves;
 mod names;
 mod parse;
 mod path;
+mod resolve;
 mod validate;
+mod write;
 
 pub use change::{Direction, QuotaChange};
 pub use diff::{Change, Diff, PolicyChange, Tightening};
 pub use errors::ConfigErrors;
+pub use errors::MAX_LISTED_ERRORS;
 pub use format::Format;
 pub use model::{Acknowledgement, Matcher, Policy};
 pub use moves::TrafficMove;
-pub use parse::{MAX_DEPTH, MAX_DOCUMENT_BYTES};
+pub use parse::{MAX_DEPTH, MAX_DOCUMENT_BYTES, MAX_POLICIES};
+pub use validate::MAX_ALSO_POLICIES;
 
 /// The tightening factor beyond which a change needs an acknowledgement: 10×.
 pub const DEFAULT_GUARD: f64 = 10.0;
@@ -139,7 +143,24 @@ pub const DEFAULT_GUARD: f64 = 10.0;
 /// [`MAX_DOCUMENT_BYTES`] (16 MiB) is refused before it is parsed, and YAML aliases may copy
 /// at most about the document's own size ([`ConfigErrorKind::TooLarge`]); nesting deeper
 /// than [`MAX_DEPTH`] (64 levels) is refused where the parser meets it
-/// ([`ConfigErrorKind::TooDeep`]).
+/// ([`ConfigErrorKind::TooDeep`]). A document has at most [`MAX_POLICIES`] (100,000)
+/// policies, refused where the parser meets the one past the cap, before the rest is read
+/// ([`ConfigErrorKind::TooManyPolicies`]), and at most [`MAX_ALSO_POLICIES`] (64) of them
+/// marked `also`, since a request is checked against each that matches
+/// ([`ConfigErrorKind::TooManyAlsoPolicies`]). Of the errors found, the first
+/// [`MAX_LISTED_ERRORS`] (1,000) are listed and the rest counted
+/// ([`ConfigErrors::omitted`]).
+///
+/// ```
+/// use tollgate::{ConfigErrorKind, Limits, MAX_POLICIES};
+///
+/// let policy = "[[policies]]\nname = \"p\"\nmatch = { route = \"/\" }\nquota = \"1/s\"\n";
+/// let doc = format!("schema = 1\nrevision = 1\n{}", policy.repeat(MAX_POLICIES + 1));
+/// let errs = Limits::from_toml(&doc).unwrap_err();
+/// assert_eq!((errs.len(), errs[0].kind()), (1, ConfigErrorKind::TooManyPolicies));
+/// assert_eq!(errs[0].line(), Some(3 + 4 * MAX_POLICIES)); // where the 100,001st starts
+/// # Ok::<(), tollgate::ConfigErrors>(())
+/// ```
 ///
 /// ```
 /// use tollgate::Limits;
@@ -318,81 +339,6 @@ impl Limits {
         Limits::parse(&text, format)
     }
 
-    /// Writes the document as TOML (see [`to_format`](Limits::to_format)).
-    ///
-    /// ```
-    /// # let limits = tollgate::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[{"name":"a","match":{"route":"/"},"quota":"10/s","burst":20}]}"#)?;
-    /// let text = limits.to_toml();
-    /// assert!(text.contains(r#"quota = "10/s;burst=20""#));
-    /// assert_eq!(tollgate::Limits::from_toml(&text)?, limits);
-    /// # Ok::<(), tollgate::ConfigErrors>(())
-    /// ```
-    pub fn to_toml(&self) -> String {
-        self.to_format(Format::Toml)
-    }
-
-    /// Writes the document as YAML (see [`to_format`](Limits::to_format)).
-    ///
-    /// ```
-    /// # let limits = tollgate::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[]}"#)?;
-    /// assert_eq!(tollgate::Limits::from_yaml(&limits.to_yaml())?, limits);
-    /// # Ok::<(), tollgate::ConfigErrors>(())
-    /// ```
-    pub fn to_yaml(&self) -> String {
-        self.to_format(Format::Yaml)
-    }
-
-    /// Writes the document as pretty JSON (see [`to_format`](Limits::to_format)).
-    ///
-    /// ```
-    /// # let limits = tollgate::Limits::from_toml("schema = 1\nrevision = 1\npolicies = []\n")?;
-    /// assert_eq!(tollgate::Limits::from_json(&limits.to_json())?, limits);
-    /// # Ok::<(), tollgate::ConfigErrors>(())
-    /// ```
-    pub fn to_json(&self) -> String {
-        self.to_format(Format::Json)
-    }
-
-    /// Writes the document in `format`: `schema = 1`, the revision, the declared lists, the
-    /// policies (each burst folded into its canonical quota string, `shadow` only when true,
-    /// `classes` with class 0 listed, `retry_budget` with all three fields) and the
-    /// acknowledgements. Loading the text gives back an equal `Limits`.
-    ///
-    /// # Panics
-    ///
-    /// Never: a validated document holds only strings, booleans, integers and finite
-    /// floats that every format can write (the revision is at most `i64::MAX` for this
-    /// reason).
-    ///
-    /// ```
-    /// use tollgate::{Format, Limits};
-    ///
-    /// # let limits = Limits::from_toml("schema = 1\nrevision = 1\npolicies = []\n")?;
-    /// assert_eq!(Limits::parse(&limits.to_format(Format::Yaml), Format::Yaml)?, limits);
-    /// # Ok::<(), tollgate::ConfigErrors>(())
-    /// ```
-    pub fn to_format(&self, format: Format) -> String {
-        let doc = model::Document {
-            schema: 1,
-            revision: self.revision,
-            categories: &self.categories,
-            tiers: &self.tiers,
-            policies: &self.policies,
-            acknowledge: &self.acknowledgements,
-        };
-        let text = match format {
-            Format::Toml => toml::to_string(&doc).map_err(|e| e.to_string()),
-            Format::Yaml => serde_json::to_string(&doc)
-                .map_err(|e| e.to_string())
-                .and_then(|json| {
-                    let tree = parse::json_tree(&json).map_err(|e| e.to_string())?;
-                    Ok(emit::yaml(&tree))
-                }),
-            Format::Json => serde_json::to_string_pretty(&doc).map_err(|e| e.to_string()),
-        };
-        text.unwrap_or_else(|e| panic!("a validated document always serializes as {format}: {e}"))
-    }
-
     /// The caller's version of the document.
     ///
     /// ```
@@ -458,134 +404,6 @@ impl Limits {
     /// ```
     pub fn acknowledgements(&self) -> &[Acknowledgement] {
         &self.acknowledgements
-    }
-
-    /// The most specific policy for a request, or `None` when no policy matches (policies
-    /// marked `also = true` are never returned here: they apply in addition, see
-    /// [`resolve_all`](Limits::resolve_all)).
-    ///
-    /// Among the matching policies the most specific wins, compared in this order:
-    ///
-    /// 1. more fields set in `match` (of tier, category, route);
-    /// 2. the route: an exact route above a prefix (`…*`), a longer prefix above a shorter
-    ///    one, any route above none;
-    /// 3. a category above none;
-    /// 4. a tier above none.
-    ///
-    /// Two different matchers that both match a request always differ in one of these, and
-    /// identical matchers are rejected by the validator, so there are no ties: the answer
-    /// does not depend on the order of the policies. The policies are indexed by tier,
-    /// category and route, so the cost does not grow with their number (only with the
-    /// number of different prefix lengths among the route patterns of one tier and
-    /// category).
-    ///
-    /// ```
-    /// use tollgate::Limits;
-    ///
-    /// let limits = Limits::from_toml(r#"
-    /// schema = 1
-    /// revision = 1
-    /// tiers = ["paid"]
-    /// categories = ["checkout"]
-    /// [[policies]]
-    /// name = "paid"
-    /// match = { tier = "paid" }
-    /// quota = "100/s"
-    /// [[policies]]
-    /// name = "checkout"
-    /// match = { category = "checkout" }
-    /// quota = "50/s"
-    /// [[policies]]
-    /// name = "v1"
-    /// match = { route = "/v1/*" }
-    /// quota = "20/s"
-    /// [[policies]]
-    /// name = "paid-v1-cards"
-    /// match = { tier = "paid", route = "/v1/cards" }
-    /// quota = "10/s"
-    /// "#)?;
-    /// let name = |t, c, r| limits.resolve(t, c, r).map(|p| p.name());
-    /// assert_eq!(name("paid", "checkout", "/v1/cards"), Some("paid-v1-cards"));
-    /// assert_eq!(name("paid", "checkout", "/v1/pay"), Some("v1")); // route beats category
-    /// assert_eq!(name("paid", "checkout", "/v2/pay"), Some("checkout")); // category beats tier
-    /// assert_eq!(name("free", "search", "/v2/x"), None);
-    /// # Ok::<(), tollgate::ConfigErrors>(())
-    /// ```
-    pub fn resolve(&self, tier: &str, category: &str, route: &str) -> Option<&Policy> {
-        let i = self.resolve_position(tier, category, route)?;
-        Some(&self.policies[i])
-    }
-
-    /// Every policy that applies to a request: the most specific one (as
-    /// [`resolve`](Limits::resolve) finds it, if any), then every matching policy marked
-    /// `also = true` ([`Policy::also`]), most specific first (by the same order as
-    /// `resolve`), policies with the same matcher in document order. Empty when nothing
-    /// matches. [`LimitsHandle::check_all`](crate::LimitsHandle::check_all) checks them in
-    /// this order, all or nothing.
-    ///
-    /// ```
-    /// use tollgate::Limits;
-    ///
-    /// let limits = Limits::from_toml(r#"
-    /// schema = 1
-    /// revision = 1
-    /// [[policies]]
-    /// name = "search"
-    /// match = { route = "/v1/search" }
-    /// quota = "10/s"
-    /// [[policies]]
-    /// name = "per-customer"
-    /// match = { route = "/*" }
-    /// quota = "100/s"
-    /// also = true
-    /// [[policies]]
-    /// name = "per-customer-daily"
-    /// match = { route = "/*" }
-    /// quota = "100000/day"
-    /// also = true
-    /// "#)?;
-    /// let names = |r| limits.resolve_all("free", "api", r).iter().map(|p| p.name()).collect::<Vec<_>>();
-    /// assert_eq!(names("/v1/search"), ["search", "per-customer", "per-customer-daily"]);
-    /// assert_eq!(names("/v1/cards"), ["per-customer", "per-customer-daily"]);
-    /// assert!(limits.resolve("free", "api", "/v1/cards").is_none()); // `also` never resolves alone
-    /// # Ok::<(), tollgate::ConfigErrors>(())
-    /// ```
-    pub fn resolve_all(&self, tier: &str, category: &str, route: &str) -> Vec<&Policy> {
-        self.resolve_all_positions(tier, category, route)
-            .into_iter()
-            .map(|i| &self.policies[i])
-            .collect()
-    }
-
-    /// The positions of [`resolve_all`](Limits::resolve_all)'s policies.
-    pub(crate) fn resolve_all_positions(
-        &self,
-        tier: &str,
-        category: &str,
-        route: &str,
-    ) -> Vec<usize> {
-        let mut all = self
-            .index
-            .resolve_also(&self.policies, tier, category, route);
-        if let Some(first) = self.resolve_position(tier, category, route) {
-            all.insert(0, first);
-        }
-        all
-    }
-
-    /// The position in [`policies`](Limits::policies) of the policy a request resolves to.
-    pub(crate) fn resolve_position(
-        &self,
-        tier: &str,
-        category: &str,
-        route: &str,
-    ) -> Option<usize> {
-        self.index.resolve(&self.policies, tier, category, route)
-    }
-
-    /// The position in [`policies`](Limits::policies) of the policy named `name`.
-    pub(crate) fn position(&self, name: &str) -> Option<usize> {
-        self.index.position(name)
     }
 
     /// What changes from `old` to `new`; see [`Diff`].

@@ -95,6 +95,10 @@ impl Decision {
 /// per policy (keys are customer ids, looked up as `&str`), swapped atomically by
 /// [`reload`](LimitsHandle::reload).
 ///
+/// A policy's limiter is built on the policy's first check: a handle costs a few hundred
+/// bytes a policy (under 1 KiB with its document, at 20,000 policies) plus about 15 KiB for
+/// each policy that traffic has reached.
+///
 /// ```
 /// use tollgate::{Check, Limits, LimitsHandle};
 ///
@@ -302,15 +306,13 @@ impl LimitsHandle {
         };
         let revision = new.revision();
         let moved_on = revision != old.limits.revision();
-        let (mut next, requota) = old.successor(Arc::new(new), &self.settings);
+        let (mut next, handover) = old.successor(Arc::new(new), &self.settings);
         {
             // Under the write guard, so a check sees one revision: the quota change walks the
             // policy's key table once (rescaling each key's cell to its fill level under the
             // new quota, a few milliseconds per million keys), and checks wait for it.
             let mut current = self.current.write();
-            for (limiter, quota) in requota {
-                limiter.set_quota(quota);
-            }
+            handover.apply();
             next.settle();
             *current = Arc::new(next);
         }
@@ -335,9 +337,10 @@ impl LimitsHandle {
         Arc::clone(&self.current.read().limits)
     }
 
-    /// The limiter of the policy named `policy` in the document in force: to read its
-    /// [`len`](crate::KeyedRateLimiter::len) or [`quota`](crate::KeyedRateLimiter::quota),
-    /// or to see that a reload kept it ([`Arc::ptr_eq`]). Check through
+    /// The limiter of the policy named `policy` in the document in force (built now if no
+    /// check has needed it yet): to read its [`len`](crate::KeyedRateLimiter::len) or
+    /// [`quota`](crate::KeyedRateLimiter::quota), or to see that a reload kept it
+    /// ([`Arc::ptr_eq`]). Check through
     /// [`check`](Self::check), which holds the revision steady; a check made directly on
     /// the limiter may be judged by the next revision's quota.
     ///

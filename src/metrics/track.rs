@@ -87,11 +87,16 @@ pub(super) fn policies(
     let mut by_policy: BTreeMap<Arc<str>, [u64; COUNTERS]> = BTreeMap::new();
     let mut seen = std::collections::BTreeSet::new();
     for (doc, entries) in docs.iter().enumerate() {
-        for (policy, shadow, lim, from) in entries {
-            let now = Some((lim.counters(), *shadow, *from));
-            let counts = track(tracks, policy, doc, now);
-            add(by_policy.entry(Arc::clone(policy)).or_default(), &counts);
-            seen.insert((Arc::clone(policy), doc));
+        for e in entries {
+            // A limiter not built yet (no check of its policy so far) counts nothing; the
+            // counts of an earlier one stay carried.
+            let now = e
+                .limiter
+                .as_ref()
+                .map(|l| (l.counters(), e.shadow, e.counted_from));
+            let counts = track(tracks, &e.name, doc, now);
+            add(by_policy.entry(Arc::clone(&e.name)).or_default(), &counts);
+            seen.insert((Arc::clone(&e.name), doc));
         }
     }
     for (key, t) in tracks.iter_mut().filter(|(k, _)| !seen.contains(*k)) {
@@ -104,11 +109,13 @@ pub(super) fn policies(
         checks(name, policy, counts);
     }
     let mut keyed: BTreeMap<&str, (usize, usize, usize)> = BTreeMap::new();
-    for (policy, _, lim, _) in docs.iter().flatten() {
-        let k = keyed.entry(policy).or_default();
-        k.0 += lim.len();
-        k.1 += lim.max_keys();
-        k.2 += lim.table_bytes();
+    for e in docs.iter().flatten() {
+        let k = keyed.entry(&e.name).or_default();
+        k.1 += e.max_keys;
+        if let Some(lim) = &e.limiter {
+            k.0 += lim.len();
+            k.2 += lim.table_bytes();
+        }
     }
     for (policy, (len, max, bytes)) in keyed {
         keys(name, policy, len, max, bytes);

@@ -10,7 +10,8 @@ use crate::{shown, Options, Output, OutputFormat, Status};
 /// The JSON shape, for `tollgate check --help`.
 pub(crate) const LONG_HELP: &str = r#"Output:
   human  one line per error, `FILE: PATH: MESSAGE` (`FILE:LINE:COLUMN: MESSAGE` for a syntax
-         error), or `FILE: ok (revision R, N policies)`; unreadable files on stderr
+         error), the first 1000 of a file then `FILE: … and N more errors`, or
+         `FILE: ok (revision R, N policies)`; unreadable files on stderr
   json   one object on stdout:
          {
            "ok": bool,                      // every file is valid
@@ -18,14 +19,15 @@ pub(crate) const LONG_HELP: &str = r#"Output:
              "file": string,                // as given on the command line
              "ok": bool,
              "revision": integer | null,    // null when the file has errors
-             "errors": [{
+             "errors": [{                   // the first 1000
                "path": string,              // "policies[paid-checkout].quota", "" for the file
                "message": string,           // ends with the hint, when there is one
                "hint": string | null,       // the fix alone
                "line": integer | null,      // 1-based, where in the text (null: I/O)
                "column": integer | null,    // 1-based, in characters
                "kind": string               // "unknown_field", "quota.missing_unit", "syntax",
-             }]                             // "io", "unknown_format", …
+             }],                            // "io", "unknown_format", …
+             "more_errors": integer         // found beyond the ones listed
            }]
          }
 
@@ -46,6 +48,7 @@ struct FileReport<'a> {
     ok: bool,
     revision: Option<u64>,
     errors: &'a [Problem],
+    more_errors: usize,
 }
 
 /// Checks every file, writes the report and returns the worst status.
@@ -73,6 +76,7 @@ pub(crate) fn run(files: &[PathBuf], options: &Options, out: &mut Output) -> Sta
 
 /// One line per valid file or per error, then a summary of the failures.
 fn human(loaded: &[(String, Loaded)], out: &mut Output) {
+    let s = |n: usize| if n == 1 { "" } else { "s" };
     for (file, l) in loaded {
         match l {
             Loaded::Valid(limits) => {
@@ -83,18 +87,22 @@ fn human(loaded: &[(String, Loaded)], out: &mut Output) {
                     limits.revision()
                 ));
             }
-            Loaded::Invalid(problems) => {
+            Loaded::Invalid(problems, more) => {
                 for problem in problems {
                     out.line(problem.human(file));
+                }
+                if *more > 0 {
+                    out.line(format!("{file}: … and {more} more error{}", s(*more)));
                 }
             }
             Loaded::Unusable(_) => {}
         }
     }
     let failed = loaded.iter().filter(|(_, l)| l.status() != Status::Ok);
-    let (files, errors) = failed.fold((0, 0), |(f, e), (_, l)| (f + 1, e + l.problems().len()));
+    let (files, errors) = failed.fold((0, 0), |(f, e), (_, l)| {
+        (f + 1, e + l.problems().len() + l.omitted())
+    });
     if files > 0 {
-        let s = |n: usize| if n == 1 { "" } else { "s" };
         out.line(format!(
             "{errors} error{} in {files} of {} file{}",
             s(errors),
@@ -116,6 +124,7 @@ fn json(loaded: &[(String, Loaded)], status: Status, out: &mut Output) {
                 _ => None,
             },
             errors: l.problems(),
+            more_errors: l.omitted(),
         })
         .collect();
     let report = Report {

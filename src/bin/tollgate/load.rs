@@ -104,8 +104,9 @@ pub(crate) fn kind_name(kind: ConfigErrorKind) -> String {
 pub(crate) enum Loaded {
     /// A valid document.
     Valid(Limits),
-    /// A document with errors (at least one).
-    Invalid(Vec<Problem>),
+    /// A document with errors (at least one listed), and how many more were found than
+    /// the library lists ([`tollgate::ConfigErrors::omitted`]).
+    Invalid(Vec<Problem>, usize),
     /// A file that cannot be read, or whose format cannot be told.
     Unusable(Problem),
 }
@@ -115,7 +116,7 @@ impl Loaded {
     pub(crate) fn status(&self) -> Status {
         match self {
             Loaded::Valid(_) => Status::Ok,
-            Loaded::Invalid(_) => Status::Rejected,
+            Loaded::Invalid(..) => Status::Rejected,
             Loaded::Unusable(_) => Status::Unusable,
         }
     }
@@ -124,8 +125,16 @@ impl Loaded {
     pub(crate) fn problems(&self) -> &[Problem] {
         match self {
             Loaded::Valid(_) => &[],
-            Loaded::Invalid(problems) => problems,
+            Loaded::Invalid(problems, _) => problems,
             Loaded::Unusable(problem) => core::slice::from_ref(problem),
+        }
+    }
+
+    /// The errors found beyond those listed in [`problems`](Self::problems).
+    pub(crate) fn omitted(&self) -> usize {
+        match self {
+            Loaded::Invalid(_, omitted) => *omitted,
+            _ => 0,
         }
     }
 }
@@ -153,7 +162,10 @@ pub(crate) fn load(path: &Path, options: &Options) -> Loaded {
     };
     match Limits::parse(&text, format) {
         Ok(limits) => Loaded::Valid(limits),
-        Err(errors) => Loaded::Invalid(errors.iter().map(Problem::from).collect()),
+        Err(errors) => {
+            let problems = errors.iter().map(Problem::from).collect();
+            Loaded::Invalid(problems, errors.omitted())
+        }
     }
 }
 

@@ -1,12 +1,20 @@
-//! [`ConfigErrors`]: every problem found in a document, one per line.
+//! [`ConfigErrors`]: the problems found in a document, one per line, the first
+//! [`MAX_LISTED_ERRORS`] listed and the rest counted.
 
 use core::fmt;
 
 use crate::engine::error::ConfigError;
 
-/// Every problem found in a limits document, in document order; never empty.
+/// The most errors a [`ConfigErrors`] lists: 1,000. Beyond them it only counts
+/// ([`ConfigErrors::omitted`]): a document of 100,000 broken policies still gives a report
+/// of bounded size, and nobody reads past the first thousand anyway.
+pub const MAX_LISTED_ERRORS: usize = 1_000;
+
+/// The problems found in a limits document, in document order; never empty. The first
+/// [`MAX_LISTED_ERRORS`] are listed; the rest are only counted ([`omitted`](Self::omitted)).
 ///
-/// `Display` writes one error per line. Index it, iterate it, or take the `Vec`.
+/// `Display` writes one error per line, then `… and N more errors` when some were omitted.
+/// Index it, iterate it, or take the `Vec`.
 ///
 /// ```
 /// use tollgate::Limits;
@@ -26,22 +34,34 @@ use crate::engine::error::ConfigError;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConfigErrors {
     errors: Vec<ConfigError>,
+    /// Errors found beyond the first [`MAX_LISTED_ERRORS`].
+    omitted: usize,
 }
 
 impl ConfigErrors {
-    /// `None` when there is nothing to report.
-    pub(crate) fn from_vec(errors: Vec<ConfigError>) -> Option<Self> {
-        (!errors.is_empty()).then_some(Self { errors })
+    /// `None` when there is nothing to report; the errors past [`MAX_LISTED_ERRORS`] are
+    /// counted, not kept.
+    pub(crate) fn from_vec(mut errors: Vec<ConfigError>) -> Option<Self> {
+        let omitted = errors.len().saturating_sub(MAX_LISTED_ERRORS);
+        errors.truncate(MAX_LISTED_ERRORS);
+        (!errors.is_empty()).then_some(Self { errors, omitted })
     }
 
     /// One error.
     pub(crate) fn one(error: ConfigError) -> Self {
         Self {
             errors: vec![error],
+            omitted: 0,
         }
     }
 
-    /// The errors, in document order.
+    /// The errors an [`ErrorList`] kept and counted; `None` when there is none.
+    pub(crate) fn from_list(list: ErrorList) -> Option<Self> {
+        let ErrorList { errors, omitted } = list;
+        (!errors.is_empty()).then_some(Self { errors, omitted })
+    }
+
+    /// The listed errors, in document order.
     ///
     /// ```
     /// use tollgate::{ConfigErrorKind, Limits};
@@ -54,7 +74,7 @@ impl ConfigErrors {
         &self.errors
     }
 
-    /// An iterator over the errors.
+    /// An iterator over the listed errors.
     ///
     /// ```
     /// use tollgate::Limits;
@@ -67,7 +87,8 @@ impl ConfigErrors {
         self.errors.iter()
     }
 
-    /// How many errors there are (at least one).
+    /// How many errors are listed: at least one, at most [`MAX_LISTED_ERRORS`] (see
+    /// [`omitted`](Self::omitted) for the rest).
     ///
     /// ```
     /// use tollgate::Limits;
@@ -80,7 +101,27 @@ impl ConfigErrors {
         self.errors.len()
     }
 
-    /// The errors, by value.
+    /// How many errors were found beyond the [`MAX_LISTED_ERRORS`] listed: counted, not
+    /// kept. `len() + omitted()` is every error found.
+    ///
+    /// ```
+    /// use tollgate::{Limits, MAX_LISTED_ERRORS};
+    ///
+    /// // 1,500 policies, each with a quota missing its unit
+    /// let policies: Vec<String> = (0..1_500)
+    ///     .map(|i| format!(r#"{{"name": "p{i}", "match": {{"route": "/{i}"}}, "quota": "10"}}"#))
+    ///     .collect();
+    /// let doc = format!(r#"{{"schema": 1, "revision": 1, "policies": [{}]}}"#, policies.join(","));
+    /// let errs = Limits::from_json(&doc).unwrap_err();
+    /// assert_eq!((errs.len(), errs.omitted()), (MAX_LISTED_ERRORS, 500));
+    /// assert!(errs.to_string().ends_with("\n… and 500 more errors"));
+    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// ```
+    pub fn omitted(&self) -> usize {
+        self.omitted
+    }
+
+    /// The listed errors, by value.
     ///
     /// ```
     /// use tollgate::Limits;
@@ -128,8 +169,42 @@ impl fmt::Display for ConfigErrors {
             }
             write!(f, "{err}")?;
         }
-        Ok(())
+        match self.omitted {
+            0 => Ok(()),
+            1 => f.write_str("\n… and 1 more error"),
+            n => write!(f, "\n… and {n} more errors"),
+        }
     }
 }
 
 impl std::error::Error for ConfigErrors {}
+
+/// Errors as a validator finds them: the first [`MAX_LISTED_ERRORS`] kept, the rest only
+/// counted, so that a document with an error in each of its 100,000 policies costs no more
+/// memory for its report than one with a thousand.
+#[derive(Debug, Default)]
+pub(crate) struct ErrorList {
+    errors: Vec<ConfigError>,
+    omitted: usize,
+}
+
+impl ErrorList {
+    /// `true` once the list keeps no more errors: a caller may skip writing the next one out.
+    pub(crate) fn is_full(&self) -> bool {
+        self.errors.len() >= MAX_LISTED_ERRORS
+    }
+
+    /// Keeps `error`, or counts it once the list is full.
+    pub(crate) fn push(&mut self, error: ConfigError) {
+        if self.is_full() {
+            self.count();
+        } else {
+            self.errors.push(error);
+        }
+    }
+
+    /// Counts an error not kept (the list is full).
+    pub(crate) fn count(&mut self) {
+        self.omitted = self.omitted.saturating_add(1);
+    }
+}

@@ -9,7 +9,10 @@
 //!   there; TOML's, JSON's and YAML's own parsers refuse even deeper flow nesting first, with
 //!   the same error);
 //! * YAML aliases are copied into the tree under a budget (see `from_yaml.rs`), so an alias
-//!   bomb is refused instead of expanded.
+//!   bomb is refused instead of expanded;
+//! * a `policies` list longer than [`MAX_POLICIES`] is refused where the parser meets the
+//!   policy past the cap (TOML's is counted by a scan of its tokens before the `toml` crate
+//!   builds its tree, JSON's by the scan that measures nesting, YAML's as its events come).
 
 use std::borrow::Cow;
 
@@ -31,6 +34,13 @@ pub const MAX_DEPTH: usize = 64;
 
 /// The levels a valid limits document uses at most, for the hint of a nesting error.
 const DEPTH_USED: usize = 5;
+
+/// The most policies a document may have: 100,000. Each costs a limiter once it is
+/// served, and validation, diffs and reloads are linear in them. The parsers count the
+/// items of `policies` as they read them and stop at the one past the cap
+/// ([`ConfigErrorKind::TooManyPolicies`]), so a longer list is never built whole; the
+/// validator counts again (a YAML alias may name a list built under another key).
+pub const MAX_POLICIES: usize = 100_000;
 
 /// Where a value starts in the text: 1-based line and column (in characters); 0 when unknown.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -152,6 +162,18 @@ fn too_deep(at: Pos) -> ConfigError {
     )
 }
 
+/// The error for a list of policies longer than [`MAX_POLICIES`], at the first policy past
+/// the cap when known.
+pub(super) fn too_many_policies(at: Pos) -> ConfigError {
+    let what = format!("more than {MAX_POLICIES} policies");
+    let hint = format!(
+        "a document may have at most {MAX_POLICIES} (tollgate::MAX_POLICIES): split it, or \
+         merge policies that share a quota"
+    );
+    let kind = ConfigErrorKind::TooManyPolicies;
+    located(ConfigError::new(kind, "policies", what, Some(hint)), at)
+}
+
 /// A syntax error; the position is taken out of the message, which says it separately.
 fn syntax(format: Format, message: &str, at: Pos) -> ConfigError {
     let mut message = message.trim();
@@ -177,6 +199,13 @@ pub(super) fn located(err: ConfigError, at: Pos) -> ConfigError {
     } else {
         err.at(at.line as usize, at.column as usize)
     }
+}
+
+/// The position of byte `offset` of `text`, reading only the text before it: for an error
+/// found before the whole text was indexed.
+fn position_in(text: &str, offset: usize) -> Pos {
+    let before = text.get(..offset).unwrap_or(text);
+    LineIndex::new(before).position(offset)
 }
 
 /// Byte offsets to lines and columns (in characters) in time independent of the line's
@@ -263,5 +292,13 @@ mod tests {
         let long = format!("{}é{}z", "a".repeat(200), "b".repeat(100));
         let index = LineIndex::new(&long);
         assert_eq!(index.position(long.find('z').unwrap()), Pos::new(1, 302)); // a test
+        let whole = LineIndex::new(text);
+        for (offset, _) in text.char_indices() {
+            assert_eq!(
+                position_in(text, offset),
+                whole.position(offset),
+                "at {offset}"
+            );
+        }
     }
 }

@@ -5,10 +5,11 @@
 use core::fmt;
 use std::collections::HashSet;
 
+use super::errors::ErrorList;
 use super::fields::{check_name, parse_quota, ACK_FIELDS, DOCUMENT_FIELDS};
 use super::model::{Acknowledgement, Matcher, Policy};
 use super::names::{did_you_mean, NameIndex};
-use super::parse::{located, Node, Pos, Value};
+use super::parse::{located, too_many_policies, Node, Pos, Value, MAX_POLICIES};
 use super::path::Path;
 use super::{ConfigErrors, Limits};
 
@@ -18,12 +19,13 @@ use crate::engine::error::{ConfigError, ConfigErrorKind as Kind, Quoted};
 use crate::engine::quota::Quota;
 use crate::shaping::priority::Priorities;
 use crate::shaping::retry::RetryBudget;
+pub use policy::MAX_ALSO_POLICIES;
 
 /// Validates a whole document.
 pub(super) fn validate(root: &Node<'_>) -> Result<Limits, ConfigErrors> {
     let mut walk = Walk::default();
     let limits = walk.document(root);
-    match (ConfigErrors::from_vec(walk.errors), limits) {
+    match (ConfigErrors::from_list(walk.errors), limits) {
         (None, Some(limits)) => Ok(limits),
         (Some(errors), _) => Err(errors),
         // every path that drops the document reports why; this arm only keeps that a promise
@@ -62,6 +64,8 @@ struct Draft {
     quota: Option<Quota>,
     shadow: bool,
     also: bool,
+    /// Where `also` is, for the error of too many.
+    also_at: Pos,
     classes: Option<Priorities>,
     retry_budget: Option<RetryBudget>,
 }
@@ -72,12 +76,17 @@ type Declared = Option<NameIndex<String>>;
 
 #[derive(Default)]
 struct Walk {
-    errors: Vec<ConfigError>,
+    errors: ErrorList,
 }
 
 impl Walk {
     /// An error at `path`, located at `at` in the text.
     fn error(&mut self, kind: Kind, path: &Path<'_>, at: Pos, what: impl fmt::Display, hint: &str) {
+        if self.errors.is_full() {
+            // Counted only: not worth writing out.
+            self.errors.count();
+            return;
+        }
         let hint = (!hint.is_empty()).then(|| hint.to_owned());
         self.push(ConfigError::new(kind, path.to_string(), what, hint), at);
     }
@@ -183,6 +192,14 @@ impl Walk {
         let policies = match doc.get("policies") {
             None => {
                 self.missing(&list, doc.at, "add `policies`, a list of policies");
+                None
+            }
+            // Counted by the parsers already; again here, for a YAML alias of a long list.
+            Some(Node {
+                value: Value::List(items),
+                ..
+            }) if items.len() > MAX_POLICIES => {
+                self.push(too_many_policies(items[MAX_POLICIES].at), Pos::default());
                 None
             }
             Some(Node {

@@ -89,7 +89,8 @@ impl LimitsHandleBuilder {
         self
     }
 
-    /// Builds the handle, with a fresh limiter per policy.
+    /// Builds the handle, with a fresh limiter per policy, each built on its policy's first
+    /// check.
     pub fn build(self) -> LimitsHandle {
         let settings = Settings {
             clock: self.clock,

@@ -260,10 +260,12 @@ impl Policies {
         let mut charged: Vec<&KeyedRateLimiter<String>> = Vec::with_capacity(positions.len());
         let cost = check.units();
         for i in positions {
-            let (Some(entry), Some(policy)) = (self.entry(i), self.limits.policies().get(i)) else {
+            let (Some((entry, limiter)), Some(policy)) =
+                (self.at(i), self.limits.policies().get(i))
+            else {
                 continue;
             };
-            let raw = match entry.limiter.check_key_with(key, check) {
+            let raw = match limiter.check_key_with(key, check) {
                 Ok(raw) => raw,
                 Err(e) => {
                     charged.iter().for_each(|l| l.refund_key(key, cost));
@@ -281,7 +283,7 @@ impl Policies {
                 break;
             }
             if wrote_cell(raw) {
-                charged.push(&entry.limiter);
+                charged.push(limiter);
             }
         }
         let deciding = deciding(&verdicts);

@@ -5,19 +5,30 @@
 //! In valid JSON every token but `,`, `:`, `]` and `}` starts exactly one value or key, in
 //! the order in which the parser builds them, so the n-th start belongs to the n-th node of a
 //! pre-order walk.
+//!
+//! The same scan counts the items of the root's `policies` list and stops at the one past
+//! [`MAX_POLICIES`], before `serde_json` builds anything.
 
 use core::fmt;
 use std::borrow::Cow;
 
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 
-use super::{syntax, too_deep, LineIndex, Node, Pos, Value, MAX_DEPTH};
+use super::{
+    position_in, syntax, too_deep, too_many_policies, LineIndex, Node, Pos, Value, MAX_DEPTH,
+    MAX_POLICIES,
+};
 use crate::engine::error::ConfigError;
 use crate::limits::document::Format;
 
 pub(super) fn parse(text: &str) -> Result<Node<'_>, ConfigError> {
+    // The text is indexed once it is known to be worth it: a refusal reads only as far as
+    // the scan did.
+    let starts = scan(text).map_err(|stop| match stop {
+        Stop::TooDeep(at) => too_deep(position_in(text, at)),
+        Stop::TooManyPolicies(at) => too_many_policies(position_in(text, at)),
+    })?;
     let lines = LineIndex::new(text);
-    let starts = scan(text).map_err(|at| too_deep(lines.position(at)))?;
     let mut tree = serde_json::from_str::<Node>(text).map_err(|e| {
         let at = if e.line() > 0 {
             Pos::new(e.line(), e.column())
@@ -31,11 +42,21 @@ pub(super) fn parse(text: &str) -> Result<Node<'_>, ConfigError> {
     Ok(tree)
 }
 
-/// The byte offset of every token that starts a value or a key, in order; `Err` with the
-/// offset of the bracket that opens one level more than [`MAX_DEPTH`].
-fn scan(text: &str) -> Result<Vec<usize>, usize> {
+/// Why the scan stopped before the end, at a byte offset.
+#[derive(Debug, PartialEq, Eq)]
+enum Stop {
+    /// The bracket that opens one level more than [`MAX_DEPTH`].
+    TooDeep(usize),
+    /// The start of the item of the root's `policies` list past [`MAX_POLICIES`].
+    TooManyPolicies(usize),
+}
+
+/// The byte offset of every token that starts a value or a key, in order, or why the scan
+/// stopped: nesting too deep, or too many policies.
+fn scan(text: &str) -> Result<Vec<usize>, Stop> {
     let bytes = text.as_bytes();
     let mut starts = Vec::new();
+    let mut policies = PolicyCount::default();
     let mut depth = 0usize;
     let mut i = 0;
     while let Some(&b) = bytes.get(i) {
@@ -43,17 +64,20 @@ fn scan(text: &str) -> Result<Vec<usize>, usize> {
             b' ' | b'\t' | b'\n' | b'\r' | b',' | b':' => i += 1,
             b']' | b'}' => {
                 depth = depth.saturating_sub(1);
+                policies.closed(depth);
                 i += 1;
             }
             b'[' | b'{' => {
+                policies.value(b, i, depth)?;
                 depth += 1;
                 if depth > MAX_DEPTH {
-                    return Err(i);
+                    return Err(Stop::TooDeep(i));
                 }
                 starts.push(i);
                 i += 1;
             }
             b'"' => {
+                let start = i;
                 starts.push(i);
                 i += 1;
                 while let Some(&b) = bytes.get(i) {
@@ -62,8 +86,15 @@ fn scan(text: &str) -> Result<Vec<usize>, usize> {
                         break;
                     }
                 }
+                // Only the root's keys matter: is this one `policies`?
+                let key = depth == 1 && next_is_colon(&bytes[i.min(bytes.len())..]);
+                match text.get(start..i) {
+                    Some(raw) if key => policies.key(raw),
+                    _ => policies.value(b, start, depth)?,
+                }
             }
             _ => {
+                policies.value(b, i, depth)?;
                 starts.push(i);
                 while bytes
                     .get(i)
@@ -75,6 +106,63 @@ fn scan(text: &str) -> Result<Vec<usize>, usize> {
         }
     }
     Ok(starts)
+}
+
+/// Whether the next byte that is not whitespace is `:` (what follows a key).
+fn next_is_colon(rest: &[u8]) -> bool {
+    rest.iter()
+        .find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
+        .is_some_and(|b| *b == b':')
+}
+
+/// The items of the root's `policies` list, counted as the scan meets them.
+#[derive(Debug, Default)]
+struct PolicyCount {
+    /// The root is an object (only then does it have keys).
+    root_object: bool,
+    /// The root's key just read is `policies`, its value not yet met.
+    named: bool,
+    /// Inside the list that is that value: its items so far.
+    items: Option<usize>,
+}
+
+impl PolicyCount {
+    /// A key of the root, quotes and escapes included.
+    fn key(&mut self, raw: &str) {
+        self.named = self.root_object
+            && (raw == "\"policies\""
+                || raw.contains('\\')
+                    && serde_json::from_str::<String>(raw).is_ok_and(|k| k == "policies"));
+    }
+
+    /// A value starting with byte `b` at offset `at`, `depth` levels in (before it opens
+    /// one itself).
+    fn value(&mut self, b: u8, at: usize, depth: usize) -> Result<(), Stop> {
+        match depth {
+            0 => self.root_object = b == b'{',
+            1 => {
+                self.items = (self.named && b == b'[').then_some(0);
+                self.named = false;
+            }
+            2 => {
+                if let Some(n) = &mut self.items {
+                    *n += 1;
+                    if *n > MAX_POLICIES {
+                        return Err(Stop::TooManyPolicies(at));
+                    }
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// A list or table closed, leaving `depth` levels open.
+    fn closed(&mut self, depth: usize) {
+        if depth <= 1 {
+            self.items = None;
+        }
+    }
 }
 
 /// Gives `node` and its descendants, in pre-order, the next positions of `starts`.
@@ -181,8 +269,34 @@ mod tests {
             .collect();
         assert_eq!(starts, ["{", "\"", "[", "1", "\"", "t", "\"", "{"]);
         let deep = "[".repeat(MAX_DEPTH + 1);
-        assert_eq!(scan(&deep), Err(MAX_DEPTH));
+        assert_eq!(scan(&deep), Err(Stop::TooDeep(MAX_DEPTH)));
         assert!(scan(&"[".repeat(MAX_DEPTH)).is_ok());
+    }
+
+    #[test]
+    fn the_scan_counts_the_items_of_the_root_s_policies_only() {
+        let doc = |key: &str, n: usize| {
+            let (tables, ints) = (vec!["{}"; n].join(","), vec!["1"; n].join(","));
+            format!(r#"{{"{key}": [{tables}], "x": {{"policies": [{ints}]}}}}"#)
+        };
+        assert!(scan(&doc("policies", MAX_POLICIES)).is_ok());
+        let too_many = |key| {
+            matches!(
+                scan(&doc(key, MAX_POLICIES + 1)),
+                Err(Stop::TooManyPolicies(_))
+            )
+        };
+        assert!(too_many("policies"));
+        assert!(
+            too_many("polic\\u0069es"),
+            "an escaped key is read as serde_json reads it"
+        );
+        assert!(
+            !too_many("tiers"),
+            "nor are other lists, nor `policies` deeper in"
+        );
+        let at = scan(r#"[{"policies": [1]}]"#);
+        assert!(at.is_ok(), "a root that is a list has no policies");
     }
 
     #[test]

@@ -15,13 +15,18 @@
 //! decimal, `0x`, `0o` and `0b` integers with an optional sign (a leading zero makes a
 //! string); floats, `.inf` and `.nan`; anything else, and every quoted or block scalar, is a
 //! string. A tag other than the core schema's (`!Tag value`) makes the value unusable.
+//!
+//! The items of the root's `policies` list are counted as they are built: the one past
+//! [`MAX_POLICIES`] stops the parser.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
 
 use saphyr_parser::{Event, Marker, Parser, ScalarStyle, ScanError, Tag};
 
-use super::{located, syntax, too_deep, Node, Pos, Value, MAX_DEPTH};
+use super::{
+    located, syntax, too_deep, too_many_policies, Node, Pos, Value, MAX_DEPTH, MAX_POLICIES,
+};
 use crate::engine::error::{ConfigError, ConfigErrorKind};
 use crate::limits::document::Format;
 
@@ -84,6 +89,8 @@ struct Open<'a> {
     items: Vec<Node<'a>>,
     /// The greatest height of an item (a scalar is 0, a list or table 1 more than its items).
     height: usize,
+    /// This is the root's `policies` list: its items are counted as they come.
+    policies: bool,
 }
 
 /// An anchored node, ready to be copied by its aliases.
@@ -123,6 +130,14 @@ impl<'a> Tree<'a> {
             return Err(too_deep(at));
         }
         let tagged = tag.is_some_and(|t| !t.is_yaml_core_schema());
+        // The value of the root table's key `policies` (its keys and values alternate).
+        let policies = match self.open.as_slice() {
+            [root] if !map && root.map && root.items.len() % 2 == 1 => root
+                .items
+                .last()
+                .is_some_and(|key| key.as_str() == Some("policies")),
+            _ => false,
+        };
         self.open.push(Open {
             at,
             map,
@@ -130,6 +145,7 @@ impl<'a> Tree<'a> {
             tagged,
             items: Vec::new(),
             height: 0,
+            policies,
         });
         Ok(())
     }
@@ -166,13 +182,19 @@ impl<'a> Tree<'a> {
             self.anchors.insert(anchor, copy);
         }
         match self.open.last_mut() {
+            Some(open) if open.policies && open.items.len() >= MAX_POLICIES => {
+                Err(too_many_policies(node.at))
+            }
             Some(open) => {
                 open.height = open.height.max(height);
                 open.items.push(node);
+                Ok(())
             }
-            None => self.root = Some(node),
+            None => {
+                self.root = Some(node);
+                Ok(())
+            }
         }
-        Ok(())
     }
 
     fn alias(&mut self, id: usize, at: Pos) -> Result<(), ConfigError> {

@@ -14,6 +14,12 @@ use crate::limits::document::model::Matcher;
 use crate::limits::document::parse::{Node, Value};
 use crate::limits::document::path::Path;
 
+/// The most policies marked `also` a document may have: 64. A request is checked against
+/// every one of them that matches ([`LimitsHandle::check_all`](crate::LimitsHandle::check_all)),
+/// so they bound the work of each request, where the other policies (one of which applies)
+/// do not; more is [`ConfigErrorKind::TooManyAlsoPolicies`](crate::ConfigErrorKind::TooManyAlsoPolicies).
+pub const MAX_ALSO_POLICIES: usize = 64;
+
 impl Walk {
     pub(super) fn policies(
         &mut self,
@@ -65,6 +71,18 @@ impl Walk {
                 }
             }
         }
+        let mut also = drafts.iter().zip(&labels).filter(|(d, _)| d.also);
+        if let Some((first_past, label)) = also.nth(MAX_ALSO_POLICIES) {
+            let n = MAX_ALSO_POLICIES + 1 + also.count();
+            let what = format!("{n} policies marked `also`, more than {MAX_ALSO_POLICIES}");
+            let hint = format!(
+                "every request is checked against each one that matches: keep at most \
+                 {MAX_ALSO_POLICIES} (tollgate::MAX_ALSO_POLICIES), or give their limits to \
+                 fewer policies"
+            );
+            let (path, at) = (label.field("also"), first_past.also_at);
+            self.error(Kind::TooManyAlsoPolicies, &path, at, what, &hint);
+        }
         drafts
     }
 
@@ -83,6 +101,7 @@ impl Walk {
             quota: None,
             shadow: false,
             also: false,
+            also_at: node.at,
             classes: None,
             retry_budget: None,
         };
@@ -144,8 +163,8 @@ impl Walk {
             None => {}
             Some(Node {
                 value: Value::Bool(b),
-                ..
-            }) => draft.also = *b,
+                at,
+            }) => (draft.also, draft.also_at) = (*b, *at),
             Some(other) => {
                 let hint = "write `also = true` for a policy that applies in addition to the \
                             most specific one, or leave it out";
