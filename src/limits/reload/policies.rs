@@ -139,18 +139,6 @@ impl Policies {
         )
     }
 
-    /// The policy a request resolves to, with its limiter.
-    pub(crate) fn resolve_limiter(
-        &self,
-        tier: &str,
-        category: &str,
-        route: &str,
-    ) -> Option<(&str, &Arc<KeyedRateLimiter<String>>)> {
-        let i = self.limits.resolve_position(tier, category, route)?;
-        let entry = self.limiters.get(i)?;
-        Some((&entry.name, &entry.limiter))
-    }
-
     /// Every policy's name, shadow flag, limiter and counts when the flag took effect, in
     /// the document's order.
     #[cfg(feature = "metrics")]
@@ -201,19 +189,33 @@ impl Policies {
         key: &str,
         check: Check,
     ) -> Result<Decision, InsufficientCapacity> {
+        let at = self.limits.resolve_position(tier, category, route);
+        self.check_at(at, key, check, None)
+    }
+
+    /// [`check`](Self::check) of the policy at position `at` (`None`: no policy matched),
+    /// resolved by the caller; with `from`, the key's state is first carried from that
+    /// limiter if this policy's does not track the key (a staged rollout's cohort).
+    #[inline(always)]
+    pub(crate) fn check_at(
+        &self,
+        at: Option<usize>,
+        key: &str,
+        check: Check,
+        from: Option<&KeyedRateLimiter<String>>,
+    ) -> Result<Decision, InsufficientCapacity> {
         let revision = self.limits.revision();
         // Every policy of the document has a limiter (built together, swapped together), so
         // `get` always finds one; were it not to, the request is treated as unmatched rather
         // than panicking inside a check.
-        let entry = self
-            .limits
-            .resolve_position(tier, category, route)
-            .and_then(|i| self.limiters.get(i));
-        let Some(entry) = entry else {
+        let Some(entry) = at.and_then(|i| self.limiters.get(i)) else {
             let unlimited = Verdict::Allow(Allowed::new(u64::MAX, 0, 0));
             return Ok(Decision::new(unlimited, revision, None));
         };
-        let verdict = entry.limiter.check_key_with(key, check)?;
+        let verdict = match from {
+            None => entry.limiter.check_key_with(key, check)?,
+            Some(from) => entry.limiter.check_key_carried(from, key, check)?,
+        };
         let verdict = if entry.shadow {
             shadowed(verdict)
         } else {
