@@ -82,9 +82,9 @@ struct Control {
 ///
 /// A key's bucket is SipHash-1-3 of its UTF-8 bytes under a 128-bit seed, modulo 10,000
 /// ([`RolloutBuilder::seed`]); the key is in the cohort iff its bucket is below the stage's
-/// basis points. The hash is fixed and written out in this crate, so every process (and
-/// every version of this crate) puts a key in the same cohort. A later stage's cohort
-/// contains the earlier one's.
+/// basis points. The hash is fixed (SipHash-1-3 as specified, not `std`'s hasher, which may
+/// change), so every process (and every version of this crate) puts a key in the same
+/// cohort. A later stage's cohort contains the earlier one's.
 ///
 /// Each document has its own limiters (one per policy). A key that joins the cohort (at a
 /// stage change, or when the rollout completes) carries its place in time to the same-named
@@ -258,6 +258,7 @@ impl Rollout {
 
     /// Which document judges `key` now (ticking the rollout first): the new one for the
     /// cohort, the old one for the rest.
+    #[inline]
     fn side(&self, key: &str) -> Side<'_> {
         self.tick();
         let hash = self.cohort.hash(key);
