@@ -14,6 +14,9 @@
 #[allow(dead_code)] // Only the floors' check methods are used here.
 #[path = "common/floor.rs"]
 mod floor;
+#[cfg(feature = "config")]
+#[path = "common/rollout.rs"]
+mod rollout;
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
@@ -52,6 +55,18 @@ const CASES: &[&str] = &[
     "floor-keyed-10k",
     "loop-overhead",
 ];
+
+/// Cases that need the `config` feature (`FEATURES=config benches/callgrind.sh …`): a staged
+/// rollout's check of a cohort key and of a control key, and the same check through a
+/// `LimitsHandle` (`common/rollout.rs`; 10k keys of each kind).
+#[cfg(feature = "config")]
+const CONFIG_CASES: &[&str] = &[
+    "tollgate-rollout-cohort",
+    "tollgate-rollout-control",
+    "tollgate-handle-10k",
+];
+#[cfg(not(feature = "config"))]
+const CONFIG_CASES: &[&str] = &[];
 
 const NS_PER_S: u64 = 1_000_000_000;
 const NS_PER_H: u64 = 3_600 * NS_PER_S;
@@ -210,6 +225,23 @@ fn run(case: &str, n: u64) -> bool {
             measured(n, |k| lim.check_key(k));
         }
         "loop-overhead" => measured(n, |k| k),
+        #[cfg(feature = "config")]
+        "tollgate-rollout-cohort" | "tollgate-rollout-control" | "tollgate-handle-10k" => {
+            let f = rollout::Fixture::new(KEYS as usize);
+            let (tier, category, route) = rollout::REQUEST;
+            let one = Check::cost(1);
+            let keys = if case.ends_with("control") {
+                &f.control
+            } else {
+                &f.cohort
+            };
+            let key = |k: u64| keys[k as usize].as_str();
+            if case.ends_with("10k") {
+                measured(n, |k| f.handle.check(tier, category, route, key(k), one));
+            } else {
+                measured(n, |k| f.rollout.check(tier, category, route, key(k), one));
+            }
+        }
         _ => return false,
     }
     true
@@ -224,7 +256,8 @@ fn main() -> ExitCode {
         // `benches/callgrind.sh` names a case.
         (Some(flag), None) if flag == "--bench" => ExitCode::SUCCESS,
         _ => {
-            eprintln!("usage: ir_per_check <case> <n>\ncases: {}", CASES.join(" "));
+            let cases: Vec<&str> = CASES.iter().chain(CONFIG_CASES).copied().collect();
+            eprintln!("usage: ir_per_check <case> <n>\ncases: {}", cases.join(" "));
             ExitCode::FAILURE
         }
     }

@@ -17,6 +17,9 @@ mod harness;
 mod load;
 #[path = "common/memory.rs"]
 mod memory;
+#[cfg(feature = "config")]
+#[path = "common/rollout.rs"]
+mod rollout;
 
 use std::num::NonZeroU32;
 use std::time::Duration;
@@ -490,6 +493,73 @@ fn detector_two_threads(
     f.note(report, name);
 }
 
+/// Issue 18: a cohort key's check during a staged rollout ≤ 1.2× a control key's.
+#[cfg(feature = "config")]
+const COHORT_VS_CONTROL: f64 = 1.2;
+
+/// A staged rollout at 50 % (`common/rollout.rs`), 10k keys of each kind, one thread: a
+/// cohort key's `Rollout::check` (judged by the new document, carrying its state from the
+/// old one's limiter if it has none in the new one), a control key's (the old document) and
+/// the same check through a `LimitsHandle` on the new document (no rollout). Needs the
+/// `config` feature (`cargo bench --features config --bench keyed -- rollout`).
+#[cfg(feature = "config")]
+fn rollout_cohort(s: &Settings, c: &mut criterion::Criterion, report: &mut Report) {
+    let name = "keyed/rollout-10k-keys";
+    let arms = ["rollout-cohort", "rollout-control", "handle"];
+    if !s.wants(name, &arms) {
+        return;
+    }
+    let keys = key_count(s, 10_000) as usize;
+    eprintln!("warming {keys} cohort and {keys} control keys for {name}");
+    let f = rollout::Fixture::new(keys);
+    let (tier, category, route) = rollout::REQUEST;
+    let one = tollgate::Check::cost(1);
+    let (mut a, mut b, mut d) = (
+        RoundRobin::new(0, keys as u64),
+        RoundRobin::new(0, keys as u64),
+        RoundRobin::new(0, keys as u64),
+    );
+    let (cohort, control) = (&f.cohort, &f.control);
+    report.run(
+        s,
+        c,
+        Case {
+            name: name.into(),
+            iters: s.iters(300_000),
+            arms: vec![
+                arm(arms[0], |n| {
+                    timed(n, || {
+                        let k = &cohort[a.next_key() as usize];
+                        sink(f.rollout.check(tier, category, route, k, one))
+                    })
+                }),
+                arm(arms[1], |n| {
+                    timed(n, || {
+                        let k = &control[b.next_key() as usize];
+                        sink(f.rollout.check(tier, category, route, k, one))
+                    })
+                }),
+                arm(arms[2], |n| {
+                    timed(n, || {
+                        let k = &cohort[d.next_key() as usize];
+                        sink(f.handle.check(tier, category, route, k, one))
+                    })
+                }),
+            ],
+            ratios: vec![
+                ratio(arms[0], arms[1], Some(Target::AtMost(COHORT_VS_CONTROL))),
+                ratio(arms[0], arms[2], None),
+                ratio(arms[1], arms[2], None),
+            ],
+            criterion: true,
+        },
+    );
+    report.note(format!(
+        "{name}: rollout at {} bp; the cohort keys are live in both documents' limiters.",
+        f.rollout.basis_points()
+    ));
+}
+
 fn main() {
     if let Ok(probe) = std::env::var(memory::PROBE_VAR) {
         memory::probe(&probe);
@@ -606,6 +676,8 @@ fn main() {
     detector_two_threads(&s, &mut c, &mut report, name, None);
     let name = "keyed/detector-2-threads-distinct-keys-max_keys-20k";
     detector_two_threads(&s, &mut c, &mut report, name, Some(20_000));
+    #[cfg(feature = "config")]
+    rollout_cohort(&s, &mut c, &mut report);
     c.final_summary();
     let memory = if s.paired && s.wants("keyed/memory", memory::PROBES) {
         memory::run_all(key_count(&s, 1_000_000))

@@ -10,7 +10,9 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-use tollgate::{Check, ConfigErrorKind, Format, Limits, LimitsHandle, MAX_POLICIES};
+use tollgate::{
+    Check, ConfigErrorKind, Format, Limits, LimitsHandle, ManualClock, Rollout, MAX_POLICIES,
+};
 
 /// The system allocator, counting the bytes live and their peak.
 struct Counting;
@@ -107,6 +109,31 @@ fn a_handle_of_20_000_policies_costs_at_most_2_kib_a_policy() {
     eprintln!("the first check of a policy: {first_check} B (its limiter and first key)");
     assert!(live() - before < total + (64 << 10));
     drop(handle);
+}
+
+#[test]
+fn a_rollout_between_two_documents_of_20_000_policies_builds_no_limiter_up_front() {
+    const N: usize = 20_000;
+    const BUDGET: usize = 2 << 10;
+    let _alone = alone();
+    let text = document(N);
+    let (old, new) = (Limits::from_toml(&text), Limits::from_toml(&text));
+    let (old, new) = (old.expect("valid"), new.expect("valid"));
+    let before = live();
+    let rollout = Rollout::new(old, new, ManualClock::new()).expect("nothing tightens");
+    let total = live() - before;
+    eprintln!("a rollout of {N} policies: {} B a policy", total / N);
+    // Both documents' policies, each within a handle's budget: the limiters a key may carry
+    // its state between are built on their first check, not when the rollout starts.
+    assert!(
+        total / N <= 2 * BUDGET,
+        "{} B a policy after Rollout::new, more than {}",
+        total / N,
+        2 * BUDGET
+    );
+    let d = rollout.check("free", "any", "/v1/r0/x", "alice", Check::cost(1));
+    assert!(d.expect("within the burst").is_permitted());
+    drop(rollout);
 }
 
 /// `n` policies that are empty tables (the smallest a policy can be written).

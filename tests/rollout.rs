@@ -319,3 +319,40 @@ fn a_key_joining_the_cohort_keeps_its_place_in_time() {
     assert!(rollout.revert());
     assert_eq!(check(&mover).revision(), 1);
 }
+
+#[test]
+fn a_joined_key_refills_at_the_new_documents_rate() {
+    // A tighter burst in the new document: 10/s with burst 100, then burst 10.
+    let ack =
+        "[[acknowledge]]\npolicy = \"paid\"\nfrom = \"10/s;burst=100\"\nto = \"10/s;burst=10\"\n";
+    let clock = ManualClock::new();
+    let rollout = Rollout::new(
+        doc(1, "10/s;burst=100", ""),
+        doc(2, "10/s;burst=10", ack),
+        clock.clone(),
+    )
+    .expect("acknowledged");
+    let mover = (0..100_000)
+        .map(key)
+        .find(|k| (100..1_000).contains(&rollout.bucket(k)))
+        .expect("some key lands in buckets 100..1000");
+    let allowed = |n: usize| {
+        (0..n)
+            .filter(|_| {
+                rollout
+                    .check("paid", "checkout", "/", &mover, Check::cost(1))
+                    .expect("cost 1 fits")
+                    .is_permitted()
+            })
+            .count()
+    };
+    assert_eq!(allowed(120), 100, "the old document's whole burst");
+    assert!(rollout.promote());
+    assert_eq!(allowed(5), 0, "joins full: the new burst is used up too");
+    // One second later a key of the new document has its 10 back, and so has this one: its
+    // state was carried once, when it joined, and the new document's rate applies since.
+    // (Carried again at every check, the old document's fuller cell — 90 of its 100 still
+    // used — kept it at 9 of the new 10 used.)
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(allowed(20), 10);
+}

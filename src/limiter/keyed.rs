@@ -118,8 +118,15 @@ pub struct KeyedRateLimiter<K> {
     quota: Mutex<Quota>,
     /// Tracked keys (table and spill), including idle ones not yet swept.
     len: AtomicUsize,
-    /// Size of the spill map, read without the lock to skip it when empty.
+    /// Size of the spill map, read without the lock to skip it when empty (stored with
+    /// Release after the map changes, so a reader that loads it with Acquire and finds 0 sees
+    /// in the table every key moved there from the map: `carry.rs`).
     spilled: AtomicUsize,
+    /// A sequence lock over the moves of live keys between slots (`grow.rs`): odd while a
+    /// move (or a split's moves and its new shape) is under way, written only under the
+    /// insert lock. A lock-free lookup that misses a key and finds it even and unchanged
+    /// knows the key was in no slot (`carry.rs`).
+    moves: AtomicU64,
     /// The lowest TAT a lock-free refund wrote since the insert lock last looked
     /// (`u64::MAX`: none); see `refund.rs`.
     refunded_min: AtomicU64,
@@ -427,16 +434,7 @@ impl<K: Hash> KeyedRateLimiter<K> {
         K: Borrow<Q>,
         Q: Hash + ?Sized,
     {
-        let snap = self.params.load();
-        let p = snap.cur;
-        let w = p
-            .weight(cost)
-            .ok_or(InsufficientCapacity::new(cost, p.burst))?;
-        let fp = self.fingerprinter.fingerprint(key);
-        if w == 0 {
-            return Ok(self.peek_fp(fp, 0, |p| p.tau));
-        }
-        Ok(self.step_key(Ask::plain(fp, cost, w), &snap))
+        self.check_fp_n(self.fingerprinter.fingerprint(key), cost)
     }
 
     /// Checks `key` with per-request arguments: cost, attempt, priority class.
@@ -467,16 +465,7 @@ impl<K: Hash> KeyedRateLimiter<K> {
         K: Borrow<Q>,
         Q: Hash + ?Sized,
     {
-        match &self.guard {
-            None => {
-                let v = self.check_key_n(key, check.units())?;
-                if check.attempt_number() > 0 && check.units() > 0 {
-                    self.counters.retry(v.is_permitted());
-                }
-                Ok(v)
-            }
-            Some(g) => self.check_fp_attached(g, self.fingerprinter.fingerprint(key), check),
-        }
+        self.check_fp_with(self.fingerprinter.fingerprint(key), check)
     }
 
     /// What [`check_key`](Self::check_key) would say now, without writing anything.

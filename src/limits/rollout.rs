@@ -13,6 +13,7 @@ use parking_lot::Mutex;
 use crate::engine::check::Check;
 use crate::engine::clock::Clock;
 use crate::engine::error::InsufficientCapacity;
+use crate::limiter::keyed::KeyedRateLimiter;
 use crate::limits::document::{Diff, Limits};
 use crate::limits::reload::{Decision, LimitsHandle, Policies, Settings, DEFAULT_KNOWN_GOOD_AFTER};
 
@@ -81,15 +82,17 @@ struct Control {
 ///
 /// A key's bucket is SipHash-1-3 of its UTF-8 bytes under a 128-bit seed, modulo 10,000
 /// ([`RolloutBuilder::seed`]); the key is in the cohort iff its bucket is below the stage's
-/// basis points. The hash is fixed and written out in this crate, so every process (and
-/// every version of this crate) puts a key in the same cohort. A later stage's cohort
-/// contains the earlier one's.
+/// basis points. The hash is fixed (SipHash-1-3 as specified, not `std`'s hasher, which may
+/// change), so every process (and every version of this crate) puts a key in the same
+/// cohort. A later stage's cohort contains the earlier one's.
 ///
 /// Each document has its own limiters (one per policy). A key that joins the cohort (at a
 /// stage change, or when the rollout completes) carries its place in time to the same-named
-/// policy of the new document: its TAT, which the clamp then fits to the new tolerance, so
-/// promotion never hands out a fresh burst (a policy with no same-named one in the old
-/// document starts fresh). A revert does not carry state back: the new document's charges
+/// policy of the new document at its first check there: the share of the old burst it had
+/// used becomes the same share of the new one, so promotion never hands out a fresh burst
+/// (a policy with no same-named one in the old document starts fresh). From then on the new
+/// document's cell is the key's state, refilled at the new rate, and its checks take no
+/// lock. A revert does not carry state back: the new document's charges
 /// may be the very fault being reverted, so a reverted key resumes its old-document state,
 /// which lets it through at most one old-document burst sooner and never prolongs the
 /// incident.
@@ -136,6 +139,12 @@ pub struct Rollout {
     due: AtomicU64,
     tallies: Tallies,
     control: Mutex<Control>,
+    /// By position of the new document's policies: the position of the old document's
+    /// same-named policy, whose limiter a key joining the cohort carries its state from
+    /// (`None`: the old document has no such policy, and its keys start fresh). Built once:
+    /// both documents are fixed for the rollout's life. Positions, not limiters: limiters
+    /// are built on their first check, and an old one never built has nothing to carry.
+    carry: Box<[Option<usize>]>,
 }
 
 impl Rollout {
@@ -167,6 +176,12 @@ impl Rollout {
         cfg: Config,
     ) -> Self {
         let now = settings.clock.now_nanos();
+        let carry = new
+            .limits
+            .policies()
+            .iter()
+            .map(|p| old.limits.position(p.name()))
+            .collect();
         let rollout = Self {
             old,
             new,
@@ -189,6 +204,7 @@ impl Rollout {
                 last_window: None,
                 events: VecDeque::new(),
             }),
+            carry,
         };
         rollout.enter_stage(&mut rollout.control.lock(), 0, now);
         rollout
@@ -214,18 +230,15 @@ impl Rollout {
             bp,
             in_cohort,
             doc,
-            other,
         } = self.side(key);
+        let at = doc.limits.resolve_position(tier, category, route);
         // A key that joined the cohort (a stage change, the completion) keeps its place in
-        // time: no fresh burst under the new document.
-        if in_cohort {
-            if let Some((name, limiter)) = doc.resolve_limiter(tier, category, route) {
-                if let Some(from) = other.limiter(name) {
-                    limiter.carry_from(from, key);
-                }
-            }
-        }
-        let decision = doc.check(tier, category, route, key, check)?;
+        // time: no fresh burst under the new document. Lock-free once it has joined.
+        let from = at
+            .filter(|_| in_cohort)
+            .and_then(|i| self.carried_from(i))
+            .map(|from| &**from);
+        let decision = doc.check_at(at, key, check, from)?;
         self.tally(
             hash,
             bp,
@@ -236,24 +249,27 @@ impl Rollout {
         Ok(decision)
     }
 
+    /// The old document's limiter that a cohort key of the new policy at position `i`
+    /// carries its state from, if that policy exists there and has been checked.
+    #[inline]
+    fn carried_from(&self, i: usize) -> Option<&Arc<KeyedRateLimiter<String>>> {
+        self.old.built(self.carry.get(i).copied().flatten()?)
+    }
+
     /// Which document judges `key` now (ticking the rollout first): the new one for the
-    /// cohort, the old one for the rest, with the other one to carry a joining key's state from.
+    /// cohort, the old one for the rest.
+    #[inline]
     fn side(&self, key: &str) -> Side<'_> {
         self.tick();
         let hash = self.cohort.hash(key);
         let bp = self.basis_points.load(Ordering::Relaxed);
         let in_cohort = u32::from(Cohort::bucket_of(hash)) < bp;
-        let (doc, other) = if in_cohort {
-            (&self.new, &self.old)
-        } else {
-            (&self.old, &self.new)
-        };
+        let doc = if in_cohort { &self.new } else { &self.old };
         Side {
             hash,
             bp,
             in_cohort,
             doc,
-            other,
         }
     }
 
@@ -432,5 +448,4 @@ struct Side<'a> {
     bp: u32,
     in_cohort: bool,
     doc: &'a Policies,
-    other: &'a Policies,
 }

@@ -145,6 +145,7 @@ impl<K> KeyedRateLimiterBuilder<K> {
             quota: Mutex::new(self.quota),
             len: AtomicUsize::new(0),
             spilled: AtomicUsize::new(0),
+            moves: AtomicU64::new(0),
             refunded_min: AtomicU64::new(u64::MAX),
             guard,
             spill_gate: Gate::default(),

@@ -33,7 +33,7 @@
 //! those, and groups born during the change (empty, their gates marked at the new generation).
 //! So every group, and every TAT in it, moved or not, is rescaled exactly once.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicU64, Ordering};
 
 use super::store::{self, Bucket, Place, Slot, Store, KEYS_PER_BUCKET};
 use super::{KeyedRateLimiter, Slow};
@@ -76,19 +76,39 @@ impl<K> KeyedRateLimiter<K> {
         if !self.same_scale(from, to, snap, now) {
             return false;
         }
-        // The new bucket was never used, and takes at most the old one's four keys.
-        let mut free = dst.0.iter();
-        for slot in &src.0 {
-            let Some(fp) = slot.live_key() else { continue };
-            if Store::home_under(next, fp).contains(&from) {
-                continue;
+        // The new bucket was never used, and takes at most the old one's four keys. Until the
+        // new shape is out, a lookup under the old one misses the keys moved: the moves and
+        // the shape go out together, under one turn of the sequence lock.
+        self.moving(|| {
+            let mut free = dst.0.iter();
+            for slot in &src.0 {
+                let Some(fp) = slot.live_key() else { continue };
+                if Store::home_under(next, fp).contains(&from) {
+                    continue;
+                }
+                if let Some(to_slot) = free.next() {
+                    self.relocate(slow, slot, to_slot);
+                }
             }
-            if let Some(to_slot) = free.next() {
-                self.relocate(slow, slot, to_slot);
-            }
-        }
-        self.table.set_shape(next);
+            self.table.set_shape(next);
+        });
         true
+    }
+
+    /// Runs `body` — moves of live keys between slots, and a split's new shape — inside the
+    /// sequence lock `moves` (see `keyed.rs` and `carry.rs`): odd while it runs, so a
+    /// lock-free lookup that misses a key meanwhile knows it may be in flight.
+    fn moving<T>(&self, body: impl FnOnce() -> T) -> T {
+        // Odd: a Relaxed store, then a Release fence, so a reader whose Acquire load sees
+        // any write of `body` (a dead copy, a new copy, the shape) then sees the odd value
+        // or a later one.
+        let seq = self.moves.load(Ordering::Relaxed);
+        self.moves.store(seq.wrapping_add(1), Ordering::Relaxed);
+        fence(Ordering::Release);
+        let out = body();
+        // Even again, with Release: a reader that sees it sees every write of `body`.
+        self.moves.store(seq.wrapping_add(2), Ordering::Release);
+        out
     }
 
     /// Before a move from bucket `a` to bucket `b`: `true` once their groups are at the same
@@ -140,7 +160,7 @@ impl<K> KeyedRateLimiter<K> {
             }
             if let Some(to) = self.table.free_in(first) {
                 if self.same_scale(p, first, snap, now) {
-                    self.relocate(slow, slot, to.slot);
+                    self.moving(|| self.relocate(slow, slot, to.slot));
                     return Some(Place { slot, gate });
                 }
             }
@@ -209,14 +229,15 @@ impl<K> KeyedRateLimiter<K> {
         if !self.same_scale(p, alt, at.0, at.1) {
             return false;
         }
-        self.relocate(slow, x, to);
+        self.moving(|| self.relocate(slow, x, to));
         true
     }
 
-    /// Moves the live key in `from` to the free slot `to`. The old copy dies first — a
-    /// compare-and-swap of its TAT to the tombstone: an allow that lands before it moves with
-    /// the key, one that comes after fails and takes the insert path, which waits for this lock
-    /// — and only then is the new copy written: the key never has two live copies.
+    /// Moves the live key in `from` to the free slot `to` (inside [`moving`](Self::moving)).
+    /// The old copy dies first — a compare-and-swap of its TAT to the tombstone: an allow
+    /// that lands before it moves with the key, one that comes after fails and takes the
+    /// insert path, which waits for this lock — and only then is the new copy written: the
+    /// key never has two live copies.
     fn relocate(&self, slow: &mut Slow, from: &Slot, to: &Slot) {
         let fp = from.key.load(Ordering::Relaxed);
         // Acquire (load and failed CAS): the value moved is the latest allow's.

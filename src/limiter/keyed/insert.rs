@@ -121,7 +121,7 @@ impl<K> KeyedRateLimiter<K> {
         let v = step_plain(&mut tat, now, &p, w, ask.reserve.tolerance(&p));
         if tat != 0 {
             slow.spill.insert(fp, tat);
-            self.spilled.store(slow.spill.len(), Ordering::Relaxed);
+            self.spilled.store(slow.spill.len(), Ordering::Release);
             self.inserted(slow, tat);
         }
         Ok(Step::Done(v))
@@ -247,7 +247,9 @@ impl<K> KeyedRateLimiter<K> {
         }
         if let Some(tat) = slow.spill.remove(&fp) {
             store::install(place.slot, fp, tat);
-            self.spilled.store(slow.spill.len(), Ordering::Relaxed);
+            // Release, after the install: a lock-free reader that finds the map empty then
+            // finds the key in the table (`carry.rs`).
+            self.spilled.store(slow.spill.len(), Ordering::Release);
             slow.saw_live(tat);
         }
     }

@@ -95,7 +95,7 @@ impl<K> KeyedRateLimiter<K> {
         if slow.spill.len() < before {
             self.len
                 .fetch_sub(before - slow.spill.len(), Ordering::Relaxed);
-            self.spilled.store(slow.spill.len(), Ordering::Relaxed);
+            self.spilled.store(slow.spill.len(), Ordering::Release);
             return true;
         }
         let slots = SLOTS * self.table.buckets_in_use();

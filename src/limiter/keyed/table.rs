@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 use super::store::Place;
 use super::{Ask, KeyedRateLimiter};
 use crate::engine::cell::{self, Attempt, Steady, TOMBSTONE};
+use crate::engine::check::Check;
 use crate::engine::error::InsufficientCapacity;
 use crate::engine::gcra::Params;
 use crate::engine::params::{Gate, Snapshot, Token};
@@ -77,6 +78,40 @@ impl<K> KeyedRateLimiter<K> {
                 }
                 Steady::Cold => return general(),
             }
+        }
+    }
+
+    /// [`check_key_n`](KeyedRateLimiter::check_key_n) of the key with fingerprint `fp`.
+    #[inline]
+    pub(super) fn check_fp_n(&self, fp: u64, cost: u64) -> Result<Verdict, InsufficientCapacity> {
+        let snap = self.params.load();
+        let p = snap.cur;
+        let w = p
+            .weight(cost)
+            .ok_or(InsufficientCapacity::new(cost, p.burst))?;
+        if w == 0 {
+            return Ok(self.peek_fp(fp, 0, |p| p.tau));
+        }
+        Ok(self.step_key(Ask::plain(fp, cost, w), &snap))
+    }
+
+    /// [`check_key_with`](KeyedRateLimiter::check_key_with) of the key with fingerprint `fp`
+    /// (for a caller that has it already: a rollout's cohort check, see `carry.rs`).
+    #[inline]
+    pub(super) fn check_fp_with(
+        &self,
+        fp: u64,
+        check: Check,
+    ) -> Result<Verdict, InsufficientCapacity> {
+        match &self.guard {
+            None => {
+                let v = self.check_fp_n(fp, check.units())?;
+                if check.attempt_number() > 0 && check.units() > 0 {
+                    self.counters.retry(v.is_permitted());
+                }
+                Ok(v)
+            }
+            Some(g) => self.check_fp_attached(g, fp, check),
         }
     }
 

@@ -264,18 +264,6 @@ impl Policies {
         Some((entry, limiter))
     }
 
-    /// The policy a request resolves to, with its limiter.
-    pub(crate) fn resolve_limiter(
-        &self,
-        tier: &str,
-        category: &str,
-        route: &str,
-    ) -> Option<(&str, &Arc<KeyedRateLimiter<String>>)> {
-        let i = self.limits.resolve_position(tier, category, route)?;
-        let (entry, limiter) = self.at(i)?;
-        Some((&entry.name, limiter))
-    }
-
     /// Every policy's name, shadow flag, limiter if built, counts when the flag took effect
     /// and bound on keys, in the document's order. Builds nothing: a policy not checked yet
     /// has no limiter to read, and counts nothing.
@@ -334,19 +322,33 @@ impl Policies {
         key: &str,
         check: Check,
     ) -> Result<Decision, InsufficientCapacity> {
+        let at = self.limits.resolve_position(tier, category, route);
+        self.check_at(at, key, check, None)
+    }
+
+    /// [`check`](Self::check) of the policy at position `at` (`None`: no policy matched),
+    /// resolved by the caller; with `from`, the key's state is first carried from that
+    /// limiter if this policy's does not track the key (a staged rollout's cohort).
+    #[inline(always)]
+    pub(crate) fn check_at(
+        &self,
+        at: Option<usize>,
+        key: &str,
+        check: Check,
+        from: Option<&KeyedRateLimiter<String>>,
+    ) -> Result<Decision, InsufficientCapacity> {
         let revision = self.limits.revision();
-        // Every policy of the document has a limiter (built together, swapped together), so
-        // `get` always finds one; were it not to, the request is treated as unmatched rather
-        // than panicking inside a check.
-        let entry = self
-            .limits
-            .resolve_position(tier, category, route)
-            .and_then(|i| self.at(i));
-        let Some((entry, limiter)) = entry else {
+        // Every policy of the document has a limiter (built on its first check), so `at`
+        // always finds one; were it not to, the request is treated as unmatched rather than
+        // panicking inside a check.
+        let Some((entry, limiter)) = at.and_then(|i| self.at(i)) else {
             let unlimited = Verdict::Allow(Allowed::new(u64::MAX, 0, 0));
             return Ok(Decision::new(unlimited, revision, None));
         };
-        let verdict = limiter.check_key_with(key, check)?;
+        let verdict = match from {
+            None => limiter.check_key_with(key, check)?,
+            Some(from) => limiter.check_key_carried(from, key, check)?,
+        };
         let verdict = if entry.shadow {
             shadowed(verdict)
         } else {
@@ -357,6 +359,19 @@ impl Policies {
             revision,
             Some(Arc::clone(&entry.name)),
         ))
+    }
+
+    /// The limiter of the policy at position `i`, built now if need be.
+    #[inline]
+    pub(crate) fn limiter_at(&self, i: usize) -> Option<&Arc<KeyedRateLimiter<String>>> {
+        self.at(i).map(|(_, limiter)| limiter)
+    }
+
+    /// The limiter of the policy at position `i` if a check has built it: a policy never
+    /// checked tracks no key, so there is nothing to carry from it and nothing is built.
+    #[inline]
+    pub(crate) fn built(&self, i: usize) -> Option<&Arc<KeyedRateLimiter<String>>> {
+        self.limiters.get(i)?.limiter.get()
     }
 }
 

@@ -1,14 +1,17 @@
 //! Cohort membership: SipHash-1-3 of the key's bytes under a 128-bit seed, the same in every
 //! process and on every platform.
 
+use siphasher::sip::SipHasher13;
+
 /// Buckets a key falls into: a key is in the cohort iff its bucket is below the stage's
 /// basis points.
 pub(crate) const BUCKETS: u64 = 10_000;
 
 /// The cohort hash: SipHash-1-3 (one compression round, three finalization rounds) keyed by
 /// a 128-bit seed whose low 64 bits are `k0` and high 64 bits `k1`, over the key's UTF-8
-/// bytes. Written out here rather than taken from `std`, whose hasher is not promised to stay
-/// SipHash-1-3, and not `RandomState`, whose keys differ per process.
+/// bytes. From the `siphasher` crate (checked here against the reference vectors), not
+/// `std`, whose hasher is not promised to stay SipHash-1-3, and not `RandomState`, whose keys
+/// differ per process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Cohort {
     k0: u64,
@@ -36,60 +39,11 @@ impl Cohort {
     }
 }
 
-struct Sip {
-    v: [u64; 4],
-}
-
-impl Sip {
-    #[inline]
-    fn round(&mut self) {
-        let [v0, v1, v2, v3] = &mut self.v;
-        *v0 = v0.wrapping_add(*v1);
-        *v1 = v1.rotate_left(13) ^ *v0;
-        *v0 = v0.rotate_left(32);
-        *v2 = v2.wrapping_add(*v3);
-        *v3 = v3.rotate_left(16) ^ *v2;
-        *v0 = v0.wrapping_add(*v3);
-        *v3 = v3.rotate_left(21) ^ *v0;
-        *v2 = v2.wrapping_add(*v1);
-        *v1 = v1.rotate_left(17) ^ *v2;
-        *v2 = v2.rotate_left(32);
-    }
-
-    #[inline]
-    fn compress(&mut self, m: u64) {
-        self.v[3] ^= m;
-        self.round();
-        self.v[0] ^= m;
-    }
-}
-
+/// SipHash-1-3 of `data` under the key `(k0, k1)`: the bytes alone, as the reference hashes
+/// them (`Hasher::write` on a fresh hasher; no length prefix, unlike `Hash for [u8]`).
+#[inline]
 fn siphash13(k0: u64, k1: u64, data: &[u8]) -> u64 {
-    let mut s = Sip {
-        v: [
-            k0 ^ 0x736f_6d65_7073_6575,
-            k1 ^ 0x646f_7261_6e64_6f6d,
-            k0 ^ 0x6c79_6765_6e65_7261,
-            k1 ^ 0x7465_6462_7974_6573,
-        ],
-    };
-    let le = |bytes: &[u8]| {
-        bytes
-            .iter()
-            .enumerate()
-            .fold(0u64, |m, (i, b)| m | (u64::from(*b) << (8 * i)))
-    };
-    let mut chunks = data.chunks_exact(8);
-    for chunk in chunks.by_ref() {
-        s.compress(le(chunk));
-    }
-    // The length wraps at 256 bytes by definition of the algorithm.
-    s.compress(le(chunks.remainder()) | ((data.len() as u64) << 56));
-    s.v[2] ^= 0xff;
-    for _ in 0..3 {
-        s.round();
-    }
-    s.v[0] ^ s.v[1] ^ s.v[2] ^ s.v[3]
+    SipHasher13::new_with_keys(k0, k1).hash(data)
 }
 
 #[cfg(test)]
@@ -117,6 +71,37 @@ mod tests {
                 "length {n}"
             );
         }
+    }
+
+    #[test]
+    fn keeps_the_outputs_of_the_hand_written_implementation() {
+        // Until issue 18 this module had its own SipHash-1-3; these are its outputs under the
+        // specification's test key 00 01 … 0f (k0 = 0x0706…00, k1 = 0x0f0e…08) over the
+        // inputs 00 01 02 … (n − 1): every key keeps its cohort under every seed.
+        let expected: [(usize, u64); 10] = [
+            (0, 0xabac_0158_050f_c4dc),
+            (1, 0xc9f4_9bf3_7d57_ca93),
+            (7, 0xd392_7d98_9bb1_1140),
+            (8, 0x3690_9511_8d29_9a8e),
+            (15, 0xd320_d86d_2a51_9956),
+            (16, 0xcc4f_dd1a_7d90_8b66),
+            (36, 0x2cf5_08d3_ada2_6206),
+            (63, 0x9d19_9062_b7bb_b3a8),
+            (64, 0xf179_97ec_4b4a_6065),
+            (255, 0xf762_14e3_153c_4a15),
+        ];
+        let input: Vec<u8> = (0..=255u8).collect();
+        let cohort = Cohort::new(0x0f0e_0d0c_0b0a_0908_0706_0504_0302_0100);
+        for (n, want) in expected {
+            assert_eq!(
+                siphash13(cohort.k0, cohort.k1, &input[..n]),
+                want,
+                "length {n}"
+            );
+        }
+        // Through `hash`, on a key's UTF-8 bytes (bytes below 0x80 are one character each).
+        let key = core::str::from_utf8(&input[..36]).expect("ASCII");
+        assert_eq!(cohort.hash(key), 0x2cf5_08d3_ada2_6206);
     }
 
     #[test]

@@ -50,16 +50,10 @@ impl Rollout {
             bp,
             in_cohort,
             doc,
-            other,
         } = self.side(key);
         if in_cohort {
             for i in doc.limits.resolve_all_positions(tier, category, route) {
-                let Some(policy) = doc.limits.policies().get(i) else {
-                    continue;
-                };
-                if let (Some(limiter), Some(from)) =
-                    (doc.limiter(policy.name()), other.limiter(policy.name()))
-                {
+                if let (Some(from), Some(limiter)) = (self.carried_from(i), doc.limiter_at(i)) {
                     limiter.carry_from(from, key);
                 }
             }
