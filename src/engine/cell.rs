@@ -1,7 +1,7 @@
 //! The atomic side of the engine: one GCRA step on one TAT word, lock-free (the parameters it
 //! steps with are published by [`params`](crate::engine::params)).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::atomic::{AtomicU64, Ordering};
 
 use crate::engine::gcra::{self, Outcome, Params, Per};
 use crate::engine::verdict::{

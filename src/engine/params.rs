@@ -27,8 +27,8 @@
 //! loading the TAT word ([`SharedParams::confirm`]): one re-read of the sequence number proves
 //! both that the words were consistent and that no change began before the TAT was read.
 
-use core::hint::spin_loop;
-use std::sync::atomic::{fence, AtomicU64, Ordering};
+use crate::sync::atomic::{fence, AtomicU64, Ordering};
+use crate::sync::spin_loop;
 
 use crate::engine::cell::TOMBSTONE;
 use crate::engine::gcra::{self, Params, Per};
@@ -327,7 +327,7 @@ impl Gate {
             if spins < 64 {
                 spin_loop();
             } else {
-                std::thread::yield_now();
+                crate::sync::yield_now();
             }
         }
     }
@@ -377,7 +377,7 @@ impl Gate {
             if spins < 64 {
                 spin_loop();
             } else {
-                std::thread::yield_now();
+                crate::sync::yield_now();
             }
         }
     }

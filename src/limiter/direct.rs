@@ -1,9 +1,9 @@
 //! [`RateLimiter`]: one cell, no keys.
 
+use crate::sync::atomic::{AtomicU64, Ordering};
 use core::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
 
-use parking_lot::Mutex;
+use crate::sync::Mutex;
 
 use crate::engine::cell::{self, Attempt, Padded, Steady};
 use crate::engine::check::Check;

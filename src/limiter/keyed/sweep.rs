@@ -1,6 +1,6 @@
 //! Sweeping idle keys to make room, and rescaling every key's cell for a quota change.
 
-use std::sync::atomic::Ordering;
+use crate::sync::atomic::Ordering;
 
 use super::store::{Slot, SLOTS};
 use super::{KeyedRateLimiter, Slow, Swept};

@@ -2,7 +2,7 @@
 //! through), peeks, the overflow cell. The insert path is in `insert.rs`, the storage in
 //! `store.rs`, growth and moves in `grow.rs`, sweeping and rescaling in `sweep.rs`.
 
-use std::sync::atomic::Ordering;
+use crate::sync::atomic::Ordering;
 
 use super::store::Place;
 use super::{Ask, KeyedRateLimiter};
