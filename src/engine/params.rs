@@ -206,6 +206,13 @@ impl SharedParams {
     }
 
     fn publish(&self, words: [u64; 14]) {
+        // Release fence before the data words: a reader whose Relaxed load sees one of them
+        // then synchronises, at its Acquire fence, with everything before this fence — the
+        // previous publication's sequence store included — so its re-read of `seq` sees at
+        // least that and fails. Without it a reader that read `seq` before the previous
+        // publication could mix words of two quotas and pass its re-check (found by
+        // `tests/loom.rs`, `quota_seqlock_never_tears_a_snapshot`). Free on x86.
+        fence(Ordering::Release);
         let seq = self.seq.load(Ordering::Relaxed);
         let next = seq.wrapping_add(1);
         for (word, value) in self.copies[(next & 1) as usize].iter().zip(words) {
