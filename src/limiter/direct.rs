@@ -457,8 +457,10 @@ impl RateLimiter {
     pub fn set_quota(&self, quota: Quota) {
         let mut current = self.quota.lock();
         let new = quota.params();
-        let (old, gen) = self.params.begin(new);
+        // The clock (user code: it may panic) is read before the change begins: between
+        // `begin` and `finish` nothing runs that could leave the change half done.
         let now = self.now();
+        let (old, gen) = self.params.begin(new);
         self.cell
             .0
             .gate

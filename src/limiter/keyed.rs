@@ -290,8 +290,11 @@ impl<K> KeyedRateLimiter<K> {
     pub fn set_quota(&self, quota: Quota) {
         let mut current = self.quota.lock();
         let new = quota.params();
+        // The clock (user code: it may panic) is read once, before the change begins: between
+        // `begin` and `finish` nothing runs that could leave groups in two generations.
+        let now = self.now();
         let (old, gen) = self.params.begin(new);
-        self.rescale_all(&old, &new, gen);
+        self.rescale_all(&old, &new, gen, now);
         self.params.finish();
         *current = quota;
     }
