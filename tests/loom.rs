@@ -71,7 +71,14 @@ fn keyed(q: &str, clock: &ManualClock) -> KeyedRateLimiter<u64> {
 /// (`h = 2`) is the one key the split moves (to bucket 2); `k4`, `k8` stay in bucket 0;
 /// `k1`, `k3`, `k5` fill bucket 1 but for its last slot. Each key is checked once.
 const A: u64 = 2 << 32 | 2;
-const SETUP: [u64; 6] = [A, 4 << 32 | 4, 8 << 32 | 8, 1 << 32 | 1, 3 << 32 | 3, 5 << 32 | 5];
+const SETUP: [u64; 6] = [
+    A,
+    4 << 32 | 4,
+    8 << 32 | 8,
+    1 << 32 | 1,
+    3 << 32 | 3,
+    5 << 32 | 5,
+];
 
 fn keyed_at_the_split(q: &str, clock: &ManualClock) -> KeyedRateLimiter<u64> {
     let lim = keyed(q, clock);
@@ -146,6 +153,12 @@ fn quota_change_gates_two_groups() {
 /// from the other and still pass its re-check. On an empty cell the two quotas allow with 1
 /// (10/s, burst 2) or 3 (4/s, burst 4) remaining; `T` of the first with τ of the second
 /// would leave 9, `T` of the second with τ of the first would deny.
+///
+/// Loom found exactly that (`T` = 100 ms with τ = 1 s: 9 left) at a preemption bound of 2,
+/// fixed by a Release fence at the start of `publish`. (Found while `set_quota` read the clock
+/// inside the change; with the clock read before `begin`, the clock's own lock orders more and
+/// loom at bound 2 no longer reaches it even without the fence — the fence stays: the C11
+/// argument does not depend on the clock.)
 #[test]
 fn quota_seqlock_never_tears_a_snapshot() {
     explore("quota_seqlock_never_tears_a_snapshot", 2, || {
@@ -197,7 +210,10 @@ fn quota_change_races_a_peek() {
         let z = lim.check_n(0).expect("a cost of 0 always fits");
         change.join().unwrap();
         assert!(p.is_permitted(), "peek: {p:?}");
-        assert!(matches!(z.allowed().map(|a| a.remaining()), Some(1 | 2)), "{z:?}");
+        assert!(
+            matches!(z.allowed().map(|a| a.remaining()), Some(1 | 2)),
+            "{z:?}"
+        );
     });
 }
 
@@ -215,7 +231,10 @@ fn quota_change_races_a_key_peek() {
         let z = lim.check_key_n(&k, 0).expect("a cost of 0 always fits");
         let p = lim.peek_key(&k);
         change.join().unwrap();
-        assert!(matches!(z.allowed().map(|a| a.remaining()), Some(1 | 2)), "{z:?}");
+        assert!(
+            matches!(z.allowed().map(|a| a.remaining()), Some(1 | 2)),
+            "{z:?}"
+        );
         assert!(p.is_permitted(), "peek: {p:?}");
     });
 }

@@ -31,7 +31,9 @@ fn remaining(v: tollgate::Verdict) -> Option<u64> {
 #[test]
 fn a_direct_quota_change_whose_clock_panics_changes_nothing() {
     let (clock, fail) = failing_clock();
-    let lim = RateLimiter::builder(quota("10/s;burst=2")).clock(clock).build();
+    let lim = RateLimiter::builder(quota("10/s;burst=2"))
+        .clock(clock)
+        .build();
     assert!(lim.check().is_permitted()); // half of the burst used
     fail.store(true, Ordering::Relaxed);
     let r = catch_unwind(AssertUnwindSafe(|| lim.set_quota(quota("10/s;burst=10"))));
