@@ -195,12 +195,14 @@ struct ReadmeDoctests;
 // (observability) and, on top, `http` (tower middleware). The CLI lives in `bin/`.
 mod engine;
 mod limiter;
+// Every atomic, lock and thread-local: std's and parking_lot's, or loom's under `cfg(loom)`.
 #[cfg(feature = "config")]
 #[cfg_attr(docsrs, doc(cfg(feature = "config")))]
 mod limits;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 mod redis;
+mod sync;
 // Reads every layer below it, `redis` included (a shared limiter's counts).
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]

@@ -3,7 +3,7 @@
 //! process, its limiters on a `ManualClock`. The counters a scrape renders equal the verdicts
 //! the client saw, and scrapes are never rate-limited. Its own test binary: the Prometheus
 //! recorder is installed once per process.
-#![cfg(all(feature = "tower", feature = "metrics"))]
+#![cfg(all(feature = "tower", feature = "metrics", not(loom)))]
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

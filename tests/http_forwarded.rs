@@ -4,7 +4,7 @@
 //! request nor move it to the key every keyless client shares. Empty list elements are
 //! ignored (RFC 9110 §5.6.1.2), repeated header lines are one list, the walk is bounded
 //! (32 trusted hops, 64 KiB in all) and linear in the header's size.
-#![cfg(feature = "tower")]
+#![cfg(all(feature = "tower", not(loom)))]
 
 use std::hint::black_box;
 use std::net::SocketAddr;

@@ -2,7 +2,7 @@
 //! proxies), several limits all or nothing, queue mode, pass-through marking, the response
 //! hook, legacy headers, costs in bytes, retries and the success-rate feed. Limiters run on
 //! `ManualClock`s; nothing sleeps.
-#![cfg(feature = "tower")]
+#![cfg(all(feature = "tower", not(loom)))]
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

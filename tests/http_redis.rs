@@ -2,7 +2,7 @@
 //! hyper client on loopback, a real `redis-server` (`TOLLGATE_REDIS_URL`, or one started for
 //! the test; see `common/redis_server.rs`). The limiters run on a `ManualClock`; nothing
 //! sleeps.
-#![cfg(all(feature = "tower", feature = "redis"))]
+#![cfg(all(feature = "tower", feature = "redis", not(loom)))]
 
 #[path = "common/redis_server.rs"]
 mod redis_server;

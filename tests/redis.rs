@@ -2,7 +2,7 @@
 //! oracle through the client clock (exact, µs), the exact retry-after, the fill-level rule
 //! (its exact multiply-divide at the documented maxima), two instances sharing one limit,
 //! several limits in one call, the deny cache, and the server-clock mode.
-#![cfg(feature = "redis")]
+#![cfg(all(feature = "redis", not(loom)))]
 
 mod common;
 #[path = "common/redis_server.rs"]

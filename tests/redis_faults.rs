@@ -2,7 +2,7 @@
 //! (never the one in `TOLLGATE_REDIS_URL`): `SCRIPT FLUSH`, `CLIENT PAUSE` past the deadline,
 //! kill and restart, corrupted values, eviction under `maxmemory`, and the three failure
 //! policies. Real time, bounded: these are network tests with real servers.
-#![cfg(feature = "redis")]
+#![cfg(all(feature = "redis", not(loom)))]
 
 #[path = "common/redis_server.rs"]
 mod redis_server;

@@ -6,7 +6,7 @@
 //! The unexpected reply comes from a fake server (a proxy in between answering nonsense: a real
 //! server runs the real script, which never does); the script error and the long key use a
 //! real `redis-server` (see `common/redis_server.rs`). Limiters run on `ManualClock`s.
-#![cfg(all(feature = "tower", feature = "redis"))]
+#![cfg(all(feature = "tower", feature = "redis", not(loom)))]
 
 #[path = "common/redis_server.rs"]
 mod redis_server;

@@ -2,7 +2,7 @@
 //! as `refused` (not as a timeout) and answered by the failure policy as soon as the client
 //! reports it, not at the deadline. Servers of the tests' own: one killed with SIGKILL, a
 //! port nothing listens on, a listener that resets every connection.
-#![cfg(feature = "redis")]
+#![cfg(all(feature = "redis", not(loom)))]
 
 #[path = "common/redis_server.rs"]
 mod redis_server;

@@ -1,7 +1,7 @@
 //! The `tracing` feature: a subscriber captures the detector's trip and recovery, a clock
 //! fault, a success-rate alert, reloads and rollout stages, with their fields — and no event
 //! per check.
-#![cfg(all(feature = "tracing", feature = "config"))]
+#![cfg(all(feature = "tracing", feature = "config", not(loom)))]
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

@@ -1,7 +1,7 @@
 //! The atomic side of the engine: one GCRA step on one TAT word, lock-free (the parameters it
 //! steps with are published by [`params`](crate::engine::params)).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::atomic::{AtomicU64, Ordering};
 
 use crate::engine::gcra::{self, Outcome, Params, Per};
 use crate::engine::verdict::{
@@ -134,10 +134,12 @@ pub(crate) fn step_within(
 /// successful compare-and-swap: `false` if another key holds the word now. Then either the
 /// write landed on that key's cell — the word still holds it, so it is undone and `None`
 /// returned, as for a dead word — or our key was moved away after the write landed, carrying
-/// it, and the word was reused: the word holds something else, and the step stands. (Both
-/// readings fail only when the new owner steps the word between our write and the undo, or
-/// installs exactly our value: it then keeps our weight, a denial too early, never an allow
-/// too many.)
+/// it, and the word was reused: the word holds something else, and the step stands. Both
+/// readings fail when the new owner steps the word between our write and the undo (or installs
+/// exactly our value): the undo then fails and our allow stands although it landed on the new
+/// owner's cell. That is one allow beyond our key's burst per such race, found by the loom
+/// model `slot_aba_new_owner_steps_before_the_undo` (`tests/loom.rs`, ignored until fixed: a
+/// slot generation the compare-and-swap can check is the likely fix; issue 19).
 #[inline]
 pub(crate) fn step_checked(
     word: &AtomicU64,

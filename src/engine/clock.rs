@@ -9,13 +9,13 @@
 //! limiter reading a clock that lagged 45 s behind under load. quanta's `recent()` is banned
 //! in `clippy.toml`.
 
+use crate::sync::atomic::{AtomicU64, Ordering};
 use core::fmt;
 use core::time::Duration;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
-use parking_lot::Mutex;
+use crate::sync::Mutex;
 
 /// The process-wide epoch, captured once on both the fast (TSC) clock and the OS clock.
 struct Epoch {

@@ -27,8 +27,8 @@
 //! loading the TAT word ([`SharedParams::confirm`]): one re-read of the sequence number proves
 //! both that the words were consistent and that no change began before the TAT was read.
 
-use core::hint::spin_loop;
-use std::sync::atomic::{fence, AtomicU64, Ordering};
+use crate::sync::atomic::{fence, AtomicU64, Ordering};
+use crate::sync::spin_loop;
 
 use crate::engine::cell::TOMBSTONE;
 use crate::engine::gcra::{self, Params, Per};
@@ -206,6 +206,13 @@ impl SharedParams {
     }
 
     fn publish(&self, words: [u64; 14]) {
+        // Release fence before the data words: a reader whose Relaxed load sees one of them
+        // then synchronises, at its Acquire fence, with everything before this fence — the
+        // previous publication's sequence store included — so its re-read of `seq` sees at
+        // least that and fails. Without it a reader that read `seq` before the previous
+        // publication could mix words of two quotas and pass its re-check (found by
+        // `tests/loom.rs`, `quota_seqlock_never_tears_a_snapshot`). Free on x86.
+        fence(Ordering::Release);
         let seq = self.seq.load(Ordering::Relaxed);
         let next = seq.wrapping_add(1);
         for (word, value) in self.copies[(next & 1) as usize].iter().zip(words) {
@@ -327,7 +334,7 @@ impl Gate {
             if spins < 64 {
                 spin_loop();
             } else {
-                std::thread::yield_now();
+                crate::sync::yield_now();
             }
         }
     }
@@ -377,7 +384,7 @@ impl Gate {
             if spins < 64 {
                 spin_loop();
             } else {
-                std::thread::yield_now();
+                crate::sync::yield_now();
             }
         }
     }

@@ -11,7 +11,7 @@
 //! excess, which absorbs the refund before the cell gains anything — a refund never hands out
 //! what the clamp will take away anyway. And no overflow: the result is at most the TAT.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::atomic::{AtomicU64, Ordering};
 
 use crate::engine::cell::TOMBSTONE;
 use crate::engine::gcra::Params;

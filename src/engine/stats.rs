@@ -1,10 +1,10 @@
 //! Accounting: every check counted once, by outcome and reason, in striped counters.
 
+use crate::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use crate::sync::Mutex;
 
 use crate::engine::cell::Padded;
 use crate::engine::verdict::{DenyReason, PassReason, Shadow, Verdict};
@@ -164,9 +164,16 @@ pub(crate) const COUNTERS: usize = 14;
 
 /// Stripes owned by one thread each: written with a plain load and store, no locked
 /// instruction.
+#[cfg(not(loom))]
 const OWNED: usize = 64;
+/// Under loom, a few stripes: every Acquire fence makes loom scan every atomic.
+#[cfg(loom)]
+const OWNED: usize = 2;
 /// Stripes for threads beyond the first 64 alive at once: written with `fetch_add`.
+#[cfg(not(loom))]
 const SHARED: usize = 8;
+#[cfg(loom)]
+const SHARED: usize = 1;
 
 /// Increase-only counters, striped by thread and padded so two threads never write one cache
 /// line. `Relaxed` throughout: they are tallies, read as deltas by the evaluator, and order
@@ -356,7 +363,7 @@ struct Local {
     ticks: [Cell<u32>; 2],
 }
 
-thread_local! {
+crate::sync::thread_locals! {
     static LOCAL: Local = const {
         Local {
             slot: Cell::new(UNCLAIMED),
@@ -366,8 +373,10 @@ thread_local! {
     static RELEASE: Release = const { Release(Cell::new(UNCLAIMED)) };
 }
 
-static FREE_SLOTS: Mutex<Vec<usize>> = Mutex::new(Vec::new());
-static NEXT_SLOT: AtomicUsize = AtomicUsize::new(0);
+crate::sync::statics! {
+    static FREE_SLOTS: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+    static NEXT_SLOT: AtomicUsize = AtomicUsize::new(0);
+}
 
 /// Hands an owned stripe back when its thread exits.
 struct Release(Cell<usize>);
@@ -375,7 +384,9 @@ struct Release(Cell<usize>);
 impl Drop for Release {
     fn drop(&mut self) {
         let slot = self.0.get();
-        if slot < OWNED {
+        // Under loom the statics are gone when the last modelled thread's locals drop, and
+        // each run starts with fresh ones: nothing to hand back.
+        if slot < OWNED && cfg!(not(loom)) {
             // Checks run by later thread-local destructors use a shared stripe from now on.
             let _ = LOCAL.try_with(|l| l.slot.set(OWNED));
             // The mutex orders this thread's last increments before the next owner's first.
@@ -387,6 +398,8 @@ impl Drop for Release {
 /// Claims this thread's stripe on its first counted check: a free owned stripe, else the
 /// next never-used one, else a shared one.
 #[cold]
+// Under loom one shared stripe (`SHARED` = 1) keeps models small.
+#[cfg_attr(loom, allow(clippy::modulo_one))]
 fn claim_slot() -> usize {
     let slot = FREE_SLOTS.lock().pop().unwrap_or_else(|| {
         let i = NEXT_SLOT.fetch_add(1, Ordering::Relaxed);

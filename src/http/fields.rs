@@ -8,9 +8,9 @@ use core::cell::RefCell;
 use core::time::Duration;
 use std::sync::Arc;
 
+use crate::sync::RwLock;
 use http::header::{HeaderName, HeaderValue};
 use http::HeaderMap;
-use parking_lot::RwLock;
 
 use super::response::HeaderMode;
 use crate::engine::gcra::Per;

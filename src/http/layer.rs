@@ -1,8 +1,8 @@
 //! The layer (a factory), its builder, and the shared state every clone of the service
 //! uses. The behaviour lives in `service.rs`.
 
+use crate::sync::atomic::{AtomicU64, Ordering};
 use core::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;

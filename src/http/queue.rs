@@ -1,6 +1,7 @@
 //! Queue mode: wait a bounded time for capacity instead of rejecting at once, with the
 //! number of waiters capped per key and in total.
 
+use crate::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use core::fmt;
 use core::future::Future;
 use core::pin::Pin;
@@ -8,10 +9,9 @@ use core::time::Duration;
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use crate::sync::Mutex;
 
 /// A sleep function: returns a future that completes after the given duration.
 pub type Sleep = Arc<dyn Fn(Duration) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;

@@ -1,9 +1,9 @@
 //! [`RateLimiter`]: one cell, no keys.
 
+use crate::sync::atomic::{AtomicU64, Ordering};
 use core::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
 
-use parking_lot::Mutex;
+use crate::sync::Mutex;
 
 use crate::engine::cell::{self, Attempt, Padded, Steady};
 use crate::engine::check::Check;
@@ -281,7 +281,9 @@ impl RateLimiter {
                 .weight(cost)
                 .ok_or(InsufficientCapacity::new(cost, p.burst))?;
             if w == 0 {
-                let tat = self.cell.0.tat.load(Ordering::Relaxed);
+                let Some(tat) = self.tat_under(token) else {
+                    continue;
+                };
                 return Ok(cell::evaluate(tat, self.now(), &p, 0, DenyReason::Quota));
             }
             let v = match &self.guard {
@@ -376,7 +378,9 @@ impl RateLimiter {
             let w = priority::weight_within(&p, check.units(), tol)?;
             let now = g.now(&self.clock);
             if w == 0 {
-                let tat = self.cell.0.tat.load(Ordering::Relaxed);
+                let Some(tat) = self.tat_under(token) else {
+                    continue;
+                };
                 let within = p.within(tol);
                 return Ok(cell::evaluate(tat, now, &within, 0, DenyReason::Quota));
             }
@@ -399,10 +403,14 @@ impl RateLimiter {
     /// What [`check`](Self::check) would say now, without writing anything (during a
     /// pass-through: the pass-through, without the ceiling).
     pub fn peek(&self) -> Verdict {
-        let (p, _) = self.resolve();
+        let (p, tat) = loop {
+            let (p, token) = self.resolve();
+            if let Some(tat) = self.tat_under(token) {
+                break (p, tat);
+            }
+        };
         let w = p.unit();
         let now = self.now();
-        let tat = self.cell.0.tat.load(Ordering::Relaxed);
         let v = cell::evaluate(tat, now, &p, w, DenyReason::Quota);
         match self.guard.as_ref().and_then(|g| g.pass_reason(now)) {
             Some(reason) => guard::pass(v, reason),
@@ -449,8 +457,10 @@ impl RateLimiter {
     pub fn set_quota(&self, quota: Quota) {
         let mut current = self.quota.lock();
         let new = quota.params();
-        let (old, gen) = self.params.begin(new);
+        // The clock (user code: it may panic) is read before the change begins: between
+        // `begin` and `finish` nothing runs that could leave the change half done.
         let now = self.now();
+        let (old, gen) = self.params.begin(new);
         self.cell
             .0
             .gate
@@ -507,6 +517,17 @@ impl RateLimiter {
     #[inline]
     fn resolve(&self) -> (Params, Token) {
         self.cell.0.gate.resolve(&self.params.load())
+    }
+
+    /// The TAT word, if the parameters `token` was resolved with still apply to it once it
+    /// is loaded: a read-only look (a peek, a cost of 0) must not read a word a quota change
+    /// rescaled meanwhile under the parameters from before it. `None`: resolve again.
+    #[inline]
+    fn tat_under(&self, token: Token) -> Option<u64> {
+        let c = &self.cell.0;
+        // Acquire: a rescaled word carries the change's snapshot and gate (see `Token`).
+        let tat = c.tat.load(Ordering::Acquire);
+        token.still_valid(&self.params, &c.gate).then_some(tat)
     }
 
     /// One step on the cell, uncounted; `None` if the parameters changed under it.

@@ -2,10 +2,10 @@
 //! retry budget is attached: kept behind one `Option<Box<_>>` so a bare limiter pays one
 //! predictable branch for it.
 
+use crate::sync::atomic::AtomicU64;
 use std::collections::HashMap;
-use std::sync::atomic::AtomicU64;
 
-use parking_lot::Mutex;
+use crate::sync::Mutex;
 
 use crate::engine::cell::{Attempt, Ceiling, Padded};
 use crate::engine::clock::{Clock, FastClock};

@@ -30,14 +30,14 @@
 //! while checks go on without it. `grow.rs` has the argument that no step is lost, counted
 //! twice or applied under the wrong quota meanwhile.
 
+use crate::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use core::borrow::Borrow;
 use core::fmt;
 use core::hash::Hash;
 use core::marker::PhantomData;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use parking_lot::Mutex;
+use crate::sync::Mutex;
 
 use crate::engine::cell::Padded;
 use crate::engine::check::Check;
@@ -67,7 +67,11 @@ pub use builder::KeyedRateLimiterBuilder;
 use store::Store;
 
 /// Slots per group that a quota change rescales at once (one [`Gate`] each).
+#[cfg(not(loom))]
 const GROUP: usize = 64;
+/// Under loom, a group is one bucket: models stay small enough to explore.
+#[cfg(loom)]
+const GROUP: usize = 4;
 /// The default bound on tracked keys: 2^20.
 pub const DEFAULT_MAX_KEYS: usize = 1 << 20;
 /// The largest bound on tracked keys a builder accepts: 2^32 − 1 (a table of about 90 GiB
@@ -286,8 +290,11 @@ impl<K> KeyedRateLimiter<K> {
     pub fn set_quota(&self, quota: Quota) {
         let mut current = self.quota.lock();
         let new = quota.params();
+        // The clock (user code: it may panic) is read once, before the change begins: between
+        // `begin` and `finish` nothing runs that could leave groups in two generations.
+        let now = self.now();
         let (old, gen) = self.params.begin(new);
-        self.rescale_all(&old, &new, gen);
+        self.rescale_all(&old, &new, gen, now);
         self.params.finish();
         *current = quota;
     }

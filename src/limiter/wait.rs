@@ -7,12 +7,12 @@
 //! the same poll. So a wait holds no reservation, and a dropped wait future (a cancelled
 //! request, a `select!` that took another branch) leaves nothing behind.
 
+use crate::sync::atomic::{AtomicU64, Ordering};
 use core::fmt;
 use core::future::Future;
 use core::time::Duration;
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::engine::clock::saturating_nanos;
 use crate::engine::verdict::Verdict;
@@ -154,7 +154,9 @@ impl Jitter {
     fn seeded() -> Self {
         // A per-process random key (std's hasher seeds) over a counter: distinct waits
         // draw distinct sequences, with no dependency.
-        static WAITS: AtomicU64 = AtomicU64::new(0);
+        crate::sync::statics! {
+            static WAITS: AtomicU64 = AtomicU64::new(0);
+        }
         // Relaxed: only distinctness matters.
         let n = WAITS.fetch_add(1, Ordering::Relaxed);
         Self(RandomState::new().hash_one(n))

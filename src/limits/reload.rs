@@ -10,12 +10,12 @@
 //! microseconds the swap takes. Everything slow (validation, the diff, building limiters)
 //! happens before the write guard is taken.
 
+use crate::sync::atomic::{AtomicU64, Ordering};
 use core::fmt;
 use core::time::Duration;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::{Mutex, RwLock};
+use crate::sync::{Mutex, RwLock};
 
 use crate::engine::check::Check;
 use crate::engine::clock::saturating_nanos;

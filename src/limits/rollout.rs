@@ -2,13 +2,13 @@
 //! keys, then 10 %, then all of them, and halts and reverts by itself when the keys on it are
 //! denied far more broadly than the keys still on the old one.
 
+use crate::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use core::fmt;
 use core::time::Duration;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use crate::sync::Mutex;
 
 use crate::engine::check::Check;
 use crate::engine::clock::Clock;

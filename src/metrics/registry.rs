@@ -4,7 +4,7 @@ use core::fmt;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Weak};
 
-use parking_lot::Mutex;
+use crate::sync::Mutex;
 
 use super::export::*;
 use super::names;

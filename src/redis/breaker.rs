@@ -14,7 +14,7 @@ use core::time::Duration;
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 
-use parking_lot::Mutex;
+use crate::sync::Mutex;
 
 use crate::engine::clock::saturating_nanos;
 

@@ -4,7 +4,7 @@ use core::fmt;
 use core::time::Duration;
 use std::sync::Arc;
 
-use parking_lot::RwLock;
+use crate::sync::RwLock;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 use super::breaker::{Breaker, BreakerConfig};

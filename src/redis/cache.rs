@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 
-use parking_lot::Mutex;
+use crate::sync::Mutex;
 
 /// One remembered denial: the TAT is at least `tat` (local µs) under tolerance `tau`.
 #[derive(Clone, Copy, Debug)]

@@ -2,7 +2,7 @@
 //! the deadline, its outcome classified, and the failure policy's verdict when Redis cannot
 //! decide.
 
-use std::sync::atomic::AtomicU64;
+use crate::sync::atomic::AtomicU64;
 
 use redis::RedisError;
 

@@ -5,7 +5,7 @@ use core::fmt;
 use core::time::Duration;
 use std::sync::Arc;
 
-use parking_lot::RwLock;
+use crate::sync::RwLock;
 use redis::aio::ConnectionManager;
 
 use super::breaker::Breaker;

@@ -1,7 +1,7 @@
 //! [`SharedStats`]: what a shared limiter did, fallbacks included, as a metrics exporter
 //! reads it.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::atomic::{AtomicU64, Ordering};
 
 /// Counts of a [`SharedRateLimiter`](crate::SharedRateLimiter)'s checks and of its calls to
 /// Redis. Every check is counted once by how it was decided; every fallback verdict is

@@ -26,13 +26,13 @@ mod eval;
 mod events;
 mod panel;
 
+use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use core::fmt;
 use core::hash::Hash;
 use core::time::Duration;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use crate::sync::Mutex;
 
 pub use baseline::{Baseline, HourSample, BASELINE_HOURS, BASELINE_MIN_HOURS};
 pub use builder::FaultDetectorBuilder;

@@ -16,13 +16,13 @@
 //!
 //! How it records, evaluates and alerts, and what it cannot see: [`SuccessRate`].
 
+use crate::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use core::fmt;
 use core::time::Duration;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use crate::sync::Mutex;
 
 use crate::engine::cell::Padded;
 use crate::engine::clock::Clock;
@@ -200,8 +200,10 @@ pub struct SuccessRate {
 
 /// A small per-thread number, to spread threads over the counter stripes.
 fn stripe_hint() -> usize {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    thread_local! {
+    crate::sync::statics! {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+    }
+    crate::sync::thread_locals! {
         // Relaxed: any distinct-enough number will do.
         static STRIPE: usize = NEXT.fetch_add(1, Ordering::Relaxed);
     }

@@ -9,12 +9,12 @@
 //! reference clock from then on (mapped into the same epoch, so the TAT clamp keeps the switch
 //! safe), and enforces again.
 
+use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use core::fmt;
 use core::time::Duration;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use crate::sync::Mutex;
 
 use crate::engine::clock::{saturating_nanos, Clock};
 

@@ -5,9 +5,9 @@ mod backoff;
 
 pub use backoff::{Backoff, BackoffBuilder, BackoffError, Delays, Failure, RetryError};
 
+use crate::sync::atomic::{AtomicU64, Ordering};
 use core::fmt;
 use core::time::Duration;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::engine::cell::Padded;
 

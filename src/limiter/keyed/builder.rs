@@ -1,10 +1,10 @@
 //! [`KeyedRateLimiterBuilder`].
 
+use crate::sync::atomic::{AtomicU64, AtomicUsize};
 use core::fmt;
 use core::marker::PhantomData;
-use std::sync::atomic::{AtomicU64, AtomicUsize};
 
-use parking_lot::Mutex;
+use crate::sync::Mutex;
 
 use super::store::Store;
 use super::{KeyedRateLimiter, Overflow, Slow, DEFAULT_MAX_KEYS, MAX_KEYS_LIMIT};

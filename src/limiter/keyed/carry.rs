@@ -46,9 +46,9 @@
 //! The lookup in `to` (step 1) needs none of this: a miss there only sends the key to steps
 //! 2–3, and `adopt` looks again under `to`'s lock.
 
+use crate::sync::atomic::{fence, Ordering};
 use core::borrow::Borrow;
 use core::hash::Hash;
-use std::sync::atomic::{fence, Ordering};
 
 use super::insert::Held;
 use super::{store, KeyedRateLimiter};
@@ -210,8 +210,8 @@ impl<K: Hash> KeyedRateLimiter<K> {
 
 #[cfg(test)]
 mod tests {
+    use crate::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     use core::time::Duration;
-    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     use std::sync::mpsc;
 
     use super::KeyedRateLimiter;

@@ -33,7 +33,7 @@
 //! those, and groups born during the change (empty, their gates marked at the new generation).
 //! So every group, and every TAT in it, moved or not, is rescaled exactly once.
 
-use std::sync::atomic::{fence, AtomicU64, Ordering};
+use crate::sync::atomic::{fence, AtomicU64, Ordering};
 
 use super::store::{self, Bucket, Place, Slot, Store, KEYS_PER_BUCKET};
 use super::{KeyedRateLimiter, Slow};

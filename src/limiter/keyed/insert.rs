@@ -1,7 +1,7 @@
 //! The insert path, under the insert lock: new keys, revivals, spilled keys and the way to the
 //! overflow cell.
 
-use std::sync::atomic::Ordering;
+use crate::sync::atomic::Ordering;
 
 use super::store::{self, Place};
 use super::{Ask, KeyedRateLimiter, Slow, Swept};

@@ -1,8 +1,8 @@
 //! [`KeyedRateLimiter::refund_key`]: giving back a cost a key's cell admitted.
 
+use crate::sync::atomic::Ordering;
 use core::borrow::Borrow;
 use core::hash::Hash;
-use std::sync::atomic::Ordering;
 
 use super::insert::Held;
 use super::KeyedRateLimiter;

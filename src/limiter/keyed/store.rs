@@ -33,8 +33,8 @@
 //! round with twice the keys of the others; the second choice, and moving a key to its other
 //! bucket to make room (a cuckoo path of at most two moves, in `grow.rs`), absorb that.
 
+use crate::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use core::fmt;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 use super::GROUP;
@@ -49,7 +49,11 @@ const GROUP_BUCKETS: usize = GROUP / SLOTS;
 /// slots per key.
 pub(super) const KEYS_PER_BUCKET: usize = 3;
 /// Buckets in segment 0 (4 KiB); the table never has fewer.
+#[cfg(not(loom))]
 const FIRST: usize = 64;
+/// Under loom, two buckets: a model splits the table after a handful of keys.
+#[cfg(loom)]
+const FIRST: usize = 2;
 /// Segments that double in size: 64 · 2^k buckets for k = 0 … 8.
 const DOUBLING: usize = 9;
 /// Buckets in the doubling segments together: 64 · (2^9 − 1).
@@ -103,6 +107,11 @@ pub(super) struct Store {
     /// after the keys a split moves are in place; read (Acquire) by every lookup.
     shape: AtomicU64,
     segments: Box<[OnceLock<Segment>]>,
+    /// Under loom, one flag a segment, set (Release) once its `OnceLock` is and read (Acquire)
+    /// before it: loom cannot see inside std's `OnceLock`, so this stands in for its
+    /// publication in the models.
+    #[cfg(loom)]
+    published: Box<[crate::sync::atomic::AtomicBool]>,
     /// Bytes allocated: the directory and every segment (buckets and gates).
     bytes: AtomicUsize,
     /// The most buckets the table may grow to (for `max_keys` keys at the split threshold).
@@ -194,6 +203,8 @@ impl Store {
         let store = Self {
             shape: AtomicU64::new(((FIRST - 1) as u64) << 32),
             bytes: AtomicUsize::new(core::mem::size_of_val(&*segments)),
+            #[cfg(loom)]
+            published: try_filled(segments.len(), Default::default)?,
             segments,
             max_buckets,
         };
@@ -206,6 +217,8 @@ impl Store {
         Self {
             shape: AtomicU64::new(((FIRST - 1) as u64) << 32),
             segments: Box::default(),
+            #[cfg(loom)]
+            published: Box::default(),
             bytes: AtomicUsize::new(0),
             max_buckets: 0,
         }
@@ -252,7 +265,7 @@ impl Store {
     #[inline(always)]
     fn find_in(&self, p: usize, fp: u64) -> Option<(&Segment, usize, &Slot)> {
         let (seg, off) = locate(p);
-        let segment = self.segments.get(seg)?.get()?;
+        let segment = self.segment(seg)?;
         let bucket = segment.buckets.get(off)?;
         // Acquire: pairs with the Release store that placed the key, so its TAT is seen. A
         // dead copy (swept, or left by a move) is passed over: the key may live on elsewhere.
@@ -260,6 +273,17 @@ impl Store {
             slot.key.load(Ordering::Acquire) == fp && slot.tat.load(Ordering::Acquire) != TOMBSTONE
         })?;
         Some((segment, off, slot))
+    }
+
+    /// Segment `seg`, if allocated.
+    #[inline(always)]
+    fn segment(&self, seg: usize) -> Option<&Segment> {
+        // Acquire: pairs with the Release in `allocate` (see `published`).
+        #[cfg(loom)]
+        if !self.published.get(seg)?.load(Ordering::Acquire) {
+            return None;
+        }
+        self.segments.get(seg)?.get()
     }
 
     /// `fp`'s two candidate buckets (the same one twice if both hashes name it). Under the
@@ -279,7 +303,7 @@ impl Store {
     /// Bucket `p` and the gate of its group, if allocated.
     pub(super) fn bucket(&self, p: usize) -> Option<(&Bucket, &Gate)> {
         let (seg, off) = locate(p);
-        let segment = self.segments.get(seg)?.get()?;
+        let segment = self.segment(seg)?;
         Some((
             segment.buckets.get(off)?,
             segment.gates.get(off / GROUP_BUCKETS)?,
@@ -302,7 +326,7 @@ impl Store {
     /// Group `g` (buckets `16g .. 16g + 16`): its gate and its buckets, if allocated.
     pub(super) fn group(&self, g: usize) -> Option<(&Gate, &[Bucket])> {
         let (seg, off) = locate(g.checked_mul(GROUP_BUCKETS)?);
-        let segment = self.segments.get(seg)?.get()?;
+        let segment = self.segment(seg)?;
         let buckets = segment.buckets.get(off..off + GROUP_BUCKETS)?;
         Some((segment.gates.get(off / GROUP_BUCKETS)?, buckets))
     }
@@ -353,6 +377,11 @@ impl Store {
         })?;
         let added = core::mem::size_of_val(&*buckets) + core::mem::size_of_val(&*gates);
         let _ = cell.set(Segment { buckets, gates });
+        #[cfg(loom)]
+        if let Some(flag) = self.published.get(seg) {
+            // Release: a lookup that sees the flag sees the segment (see `published`).
+            flag.store(true, Ordering::Release);
+        }
         self.bytes.fetch_add(added, Ordering::Relaxed);
         Some(())
     }

@@ -1,6 +1,6 @@
 //! Sweeping idle keys to make room, and rescaling every key's cell for a quota change.
 
-use std::sync::atomic::Ordering;
+use crate::sync::atomic::Ordering;
 
 use super::store::{Slot, SLOTS};
 use super::{KeyedRateLimiter, Slow, Swept};
@@ -19,10 +19,19 @@ impl<K> KeyedRateLimiter<K> {
     /// at each group, and skips groups already at `gen` — groups born during the change, empty
     /// then, whose keys were placed under the new parameters. Keys move only between groups at
     /// the same generation, so every TAT is rescaled exactly once.
-    pub(super) fn rescale_all(&self, old: &Params, new: &Params, gen: u64) {
+    ///
+    /// `now` was read before the change began: no user code (a clock) runs during it, so a
+    /// panicking clock cannot leave groups in two generations. Under the lock it is raised to
+    /// the latest reading taken there, so readings under the lock never go backwards.
+    pub(super) fn rescale_all(&self, old: &Params, new: &Params, gen: u64, now: u64) {
+        let at = |slow: &mut Slow| {
+            let now = now.max(slow.last_now);
+            slow.last_now = now;
+            now
+        };
         {
             let mut slow = self.slow.lock();
-            let now = self.locked_now(&mut slow);
+            let now = at(&mut slow);
             for tat in slow.spill.values_mut() {
                 *tat = gcra::rescale(*tat, now, old.tau, new.tau);
             }
@@ -43,7 +52,7 @@ impl<K> KeyedRateLimiter<K> {
             if gate.is_at(gen) {
                 continue;
             }
-            let now = self.locked_now(&mut slow);
+            let now = at(&mut slow);
             let words = buckets
                 .iter()
                 .flat_map(|b| b.0.iter().map(|slot| &slot.tat));

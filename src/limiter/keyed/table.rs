@@ -2,7 +2,7 @@
 //! through), peeks, the overflow cell. The insert path is in `insert.rs`, the storage in
 //! `store.rs`, growth and moves in `grow.rs`, sweeping and rescaling in `sweep.rs`.
 
-use std::sync::atomic::Ordering;
+use crate::sync::atomic::Ordering;
 
 use super::store::Place;
 use super::{Ask, KeyedRateLimiter};
@@ -278,7 +278,6 @@ impl<K> KeyedRateLimiter<K> {
         now: u64,
         tol_of: impl Fn(&Params) -> u64,
     ) -> Verdict {
-        let snap = self.params.load();
         let eval = |tat: u64, p: &Params, reason| {
             let within = p.within(tol_of(p));
             let w = if cost == 0 {
@@ -288,17 +287,27 @@ impl<K> KeyedRateLimiter<K> {
             };
             cell::evaluate(tat, now, &within, w, reason)
         };
-        let found = match (fp, self.table.find(fp)) {
-            (1.., Some(place)) => {
-                let (p, _) = place.gate.resolve(&snap);
-                Some((place.slot.tat.load(Ordering::Acquire), p))
-            }
-            _ if self.spilled.load(Ordering::Relaxed) == 0 => None,
-            _ => {
-                let slow = self.slow.lock();
-                let p = Self::params_at(&snap, &self.spill_gate);
-                slow.spill.get(&fp).map(|&tat| (tat, p))
-            }
+        let (snap, found) = loop {
+            let snap = self.params.load();
+            let found = match (fp, self.table.find(fp)) {
+                (1.., Some(place)) => {
+                    let (p, token) = place.gate.resolve(&snap);
+                    let tat = place.slot.tat.load(Ordering::Acquire);
+                    // A word a quota change rescaled after `p` was resolved is not read under
+                    // `p`: resolve again.
+                    if !token.still_valid(&self.params, place.gate) {
+                        continue;
+                    }
+                    Some((tat, p))
+                }
+                _ if self.spilled.load(Ordering::Relaxed) == 0 => None,
+                _ => {
+                    let slow = self.slow.lock();
+                    let p = Self::params_at(&snap, &self.spill_gate);
+                    slow.spill.get(&fp).map(|&tat| (tat, p))
+                }
+            };
+            break (snap, found);
         };
         match found {
             Some((tat, p)) if tat != TOMBSTONE => eval(tat, &p, DenyReason::Quota),

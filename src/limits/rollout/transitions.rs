@@ -1,7 +1,7 @@
 //! How a rollout moves: windows closing (and the automatic halt), stages promoted, halts.
 
+use crate::sync::atomic::Ordering;
 use core::time::Duration;
-use std::sync::atomic::Ordering;
 
 use super::cohort::BUCKETS;
 use super::{Control, Rollout, RolloutState};

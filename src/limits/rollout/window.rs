@@ -1,10 +1,10 @@
 //! Per-key tallies of one comparison window, and the figures they add up to.
 
+use crate::sync::atomic::{AtomicU64, Ordering};
 use core::time::Duration;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 
-use parking_lot::Mutex;
+use crate::sync::Mutex;
 
 /// Shards of the tally map: checks of different keys rarely wait on each other.
 const SHARDS: usize = 16;

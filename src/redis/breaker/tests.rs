@@ -1,6 +1,6 @@
 //! The breaker's state machine, on explicit clock readings.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 
 use super::*;

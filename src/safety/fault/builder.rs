@@ -1,11 +1,11 @@
 //! [`FaultDetectorBuilder`]: the detector's settings and their defaults.
 
+use crate::sync::atomic::{AtomicBool, AtomicU64};
 use core::fmt;
 use core::time::Duration;
-use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use crate::sync::Mutex;
 
 use super::eval::Eval;
 use super::panel::Panel;

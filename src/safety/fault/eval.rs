@@ -1,8 +1,8 @@
 //! The evaluator: runs once per sub-bucket (lazily, on a check or a `tick`), under a lock,
 //! off the hot path. Turns counter deltas into the measure, the measure into a mode.
 
+use crate::sync::atomic::Ordering;
 use std::collections::VecDeque;
-use std::sync::atomic::Ordering;
 
 use super::panel::{self, Member};
 use super::{AlertKind, Baseline, Config, FaultEvent, Figures, HourSample, Mode, Shared};

@@ -6,7 +6,7 @@
 //! that halves whenever the panel holds more than k keys (a bottom-k sample of the active
 //! keys), so the panel is a uniform sample that nobody can aim at.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::atomic::{AtomicU64, Ordering};
 
 /// A member idle this long (1 h) leaves the panel, making room for an active key.
 const FORGET_IDLE: u64 = 3_600_000_000_000;

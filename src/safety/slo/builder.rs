@@ -1,13 +1,13 @@
 //! [`SuccessRateBuilder`]: declares the tiers, checks the settings, and builds a
 //! [`SuccessRate`]; its mistakes are [`SloConfigError`]s.
 
+use crate::sync::atomic::AtomicU64;
 use core::fmt;
 use core::time::Duration;
 use std::collections::VecDeque;
-use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use crate::sync::Mutex;
 
 use super::eval::EvalState;
 use super::{Callback, SloAlert, SuccessRate, MAX_BUCKETS, MAX_TIERS, OTHER_TIER, SUB_BUCKETS};

@@ -1,9 +1,9 @@
 //! The lazy evaluator: a ring of per-tier sub-bucket counts, rolled forward once per
 //! sub-bucket, and the comparison of each tier's window with its reference period.
 
+use crate::sync::atomic::Ordering;
 use core::time::Duration;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::report::{drop_exceeds, Tally};

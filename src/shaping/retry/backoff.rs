@@ -5,9 +5,9 @@
 //! Incidents 000 and 003 were both prolonged by clients that retried at once and in step; the
 //! defaults here (3 retries, never a zero delay, jitter on every delay) are the fix.
 
+use crate::sync::atomic::{AtomicU64, Ordering};
 use core::fmt;
 use core::future::Future;
-use core::sync::atomic::{AtomicU64, Ordering};
 use core::time::Duration;
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};

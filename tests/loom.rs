@@ -1,0 +1,370 @@
+//! Model checks of the lock-free core under loom (issue 19): every interleaving of 2–3 threads
+//! up to a preemption bound, on the crate's own code (`src/sync.rs` swaps std's atomics and
+//! locks for loom's under `cfg(loom)`).
+//!
+//! Run: `RUSTFLAGS="--cfg loom" cargo test --release --test loom -- --nocapture`. In a normal
+//! build this file compiles to nothing.
+//!
+//! Under loom the key table is tiny (a first segment of 2 buckets, a gate group of one bucket
+//! of 4 slots), and an integer key is its own fingerprint: `key(h)` has both candidate
+//! buckets named by `h` (bucket `h mod 2` at first, `h mod 4` once bucket 0 has split). The
+//! clock is a frozen `ManualClock`: the clock is not what is checked, and a frozen clock makes
+//! keys' TATs coincide, which is what the slot life cycle's ABA needs.
+#![cfg(loom)]
+
+use std::time::{Duration, Instant};
+
+use loom::thread;
+use tollgate::{KeyedRateLimiter, ManualClock, Quota, RateLimiter, Verdict};
+
+/// A key whose two candidate buckets are both named by `h`.
+fn key(h: u64) -> u64 {
+    h << 32 | h
+}
+
+fn quota(s: &str) -> Quota {
+    s.parse().expect("a valid quota in a model") // a test: a panic is the test failing
+}
+
+/// Runs `f` under every interleaving up to `bound` preemptions; prints the time taken.
+fn explore(name: &str, bound: usize, f: impl Fn() + Sync + Send + 'static) {
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(bound);
+    // The keyed models' setup (six inserts) alone is a few thousand atomic accesses.
+    b.max_branches = 1_000_000;
+    let start = Instant::now();
+    let runs = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let r = runs.clone();
+    b.check(move || {
+        r.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        f();
+    });
+    eprintln!(
+        "loom model {name}: preemption bound {bound}, {} interleavings, {:.1} s",
+        runs.load(std::sync::atomic::Ordering::Relaxed),
+        start.elapsed().as_secs_f64()
+    );
+}
+
+/// Allows in a row until the first denial (at most `max + 1` checks).
+fn drain(mut check: impl FnMut() -> Verdict, max: u64) -> u64 {
+    let mut n = 0;
+    while n <= max && check().is_permitted() {
+        n += 1;
+    }
+    n
+}
+
+fn clock() -> ManualClock {
+    ManualClock::at(Duration::from_secs(10))
+}
+
+fn keyed(q: &str, clock: &ManualClock) -> KeyedRateLimiter<u64> {
+    KeyedRateLimiter::<u64>::builder(quota(q))
+        .clock(clock.clone())
+        .max_keys(64)
+        .build()
+}
+
+/// The keys of the slot and growth models: `A` first, in slot 0 of bucket 0, and five more,
+/// so that the table holds 6 keys in 2 buckets and the next insert splits bucket 0. `A`
+/// (`h = 2`) is the one key the split moves (to bucket 2); `k4`, `k8` stay in bucket 0;
+/// `k1`, `k3`, `k5` fill bucket 1 but for its last slot. Each key is checked once.
+const A: u64 = 2 << 32 | 2;
+const SETUP: [u64; 6] = [
+    A,
+    4 << 32 | 4,
+    8 << 32 | 8,
+    1 << 32 | 1,
+    3 << 32 | 3,
+    5 << 32 | 5,
+];
+
+fn keyed_at_the_split(q: &str, clock: &ManualClock) -> KeyedRateLimiter<u64> {
+    let lim = keyed(q, clock);
+    for k in SETUP {
+        assert!(lim.check_key(&k).is_permitted());
+    }
+    assert_eq!(lim.len(), 6);
+    lim
+}
+
+// ---------------------------------------------------------------------------------------
+// 1. Quota changes: the sequence lock, gates and generations.
+// ---------------------------------------------------------------------------------------
+
+/// `set_quota` (begin, rescale, finish) racing two checks of a direct cell. From one unit of
+/// 2 used, 2 → 4 burst: the serial histories allow 1 or 2 of the two checks and leave the cell
+/// full either way; an allow leaves at most 1 remaining (0 under the old quota, 1 or 0 under
+/// the new one).
+#[test]
+fn quota_change_races_direct_checks() {
+    explore("quota_change_races_direct_checks", 2, || {
+        let clock = clock();
+        let lim = loom::sync::Arc::new(
+            RateLimiter::builder(quota("10/s;burst=2"))
+                .clock(clock.clone())
+                .build(),
+        );
+        assert!(lim.check().is_permitted());
+        let l = lim.clone();
+        let change = thread::spawn(move || l.set_quota(quota("10/s;burst=4")));
+        let mut allowed = 0;
+        for _ in 0..2 {
+            let v = lim.check();
+            if let Some(a) = v.allowed() {
+                assert!(a.remaining() <= 1, "an impossible remainder: {v:?}");
+                allowed += 1;
+            }
+        }
+        change.join().unwrap();
+        assert!((1..=2).contains(&allowed), "{allowed} allowed");
+        assert_eq!(drain(|| lim.check(), 8), 0, "the cell ends full");
+    });
+}
+
+/// `set_quota` rescaling a keyed table group by group (bucket 0, then bucket 1) racing a
+/// thread that checks a key in group 0, then one in group 1. Each key has used 1 of 2; the
+/// change makes it 2 of 4. A key checked before its group is rescaled ends full (2 allows in
+/// all), one checked after has 1 left (3 in all). (Every pair of outcomes has a serial
+/// history: the change is not atomic across groups, only per cell.)
+#[test]
+fn quota_change_gates_two_groups() {
+    explore("quota_change_gates_two_groups", 2, || {
+        let clock = clock();
+        let lim = loom::sync::Arc::new(keyed("10/s;burst=2", &clock));
+        let (a, b) = (key(2), key(1)); // bucket 0, bucket 1: two gate groups
+        assert!(lim.check_key(&a).is_permitted());
+        assert!(lim.check_key(&b).is_permitted());
+        let l = lim.clone();
+        let change = thread::spawn(move || l.set_quota(quota("10/s;burst=4")));
+        assert!(lim.check_key(&a).is_permitted());
+        assert!(lim.check_key(&b).is_permitted());
+        change.join().unwrap();
+        let ta = 2 + drain(|| lim.check_key(&a), 8);
+        let tb = 2 + drain(|| lim.check_key(&b), 8);
+        assert!((2..=3).contains(&ta) && (2..=3).contains(&tb), "{ta}, {tb}");
+    });
+}
+
+/// The sequence lock's publication: `publish` stores the data words Relaxed, with nothing
+/// ordering them after the previous publication's sequence store. A check that read the
+/// sequence number before the change could read the fast path's `T` from one quota and τ
+/// from the other and still pass its re-check. On an empty cell the two quotas allow with 1
+/// (10/s, burst 2) or 3 (4/s, burst 4) remaining; `T` of the first with τ of the second
+/// would leave 9, `T` of the second with τ of the first would deny.
+///
+/// Loom found exactly that (`T` = 100 ms with τ = 1 s: 9 left) at a preemption bound of 2,
+/// fixed by a Release fence at the start of `publish`. (Found while `set_quota` read the clock
+/// inside the change; with the clock read before `begin`, the clock's own lock orders more and
+/// loom at bound 2 no longer reaches it even without the fence — the fence stays: the C11
+/// argument does not depend on the clock.)
+#[test]
+fn quota_seqlock_never_tears_a_snapshot() {
+    explore("quota_seqlock_never_tears_a_snapshot", 2, || {
+        let clock = clock();
+        let lim = loom::sync::Arc::new(
+            RateLimiter::builder(quota("10/s;burst=2"))
+                .clock(clock.clone())
+                .build(),
+        );
+        let l = lim.clone();
+        let change = thread::spawn(move || {
+            l.set_quota(quota("4/s;burst=4"));
+            l.set_quota(quota("10/s;burst=2"));
+        });
+        let v = lim.check();
+        change.join().unwrap();
+        let rem = v.allowed().map(|a| a.remaining());
+        assert!(matches!(rem, Some(1 | 3)), "a torn snapshot: {v:?}");
+        // In a serial history the cell ends with 1 left under 10/s;burst=2 (half used, or a
+        // quarter). The engine's documented allowance (params.rs): a rescale that leaves the
+        // word unchanged (here the empty cell) cannot stop one check in flight from landing
+        // under the parameters it read — loom finds it: the check reads 4/s;burst=4 and the
+        // empty word, the second change runs whole (its rescale a no-op), and the check's
+        // re-read of the sequence number, Relaxed after a fence that synchronises with
+        // nothing, still sees the old one: 250 ms written on a 200 ms scale, the cell full.
+        // One check per thread in flight, in the denying direction here.
+        let left = drain(|| lim.check(), 8);
+        assert!(left <= 1, "{left} left: more than any history allows");
+    });
+}
+
+/// `peek` (and `check_n(0)`) racing a quota change: they load the TAT word after resolving
+/// the parameters, and must not read a word rescaled meanwhile under the parameters they
+/// resolved before it. After one allow under 10/s;burst=2 (half used) the change to
+/// 4/s;burst=4 keeps it half used: a check of one unit is allowed under either quota.
+#[test]
+fn quota_change_races_a_peek() {
+    explore("quota_change_races_a_peek", 2, || {
+        let clock = clock();
+        let lim = loom::sync::Arc::new(
+            RateLimiter::builder(quota("10/s;burst=2"))
+                .clock(clock.clone())
+                .build(),
+        );
+        assert!(lim.check().is_permitted());
+        let l = lim.clone();
+        let change = thread::spawn(move || l.set_quota(quota("4/s;burst=4")));
+        let p = lim.peek();
+        let z = lim.check_n(0).expect("a cost of 0 always fits");
+        change.join().unwrap();
+        assert!(p.is_permitted(), "peek: {p:?}");
+        assert!(
+            matches!(z.allowed().map(|a| a.remaining()), Some(1 | 2)),
+            "{z:?}"
+        );
+    });
+}
+
+/// The keyed table's read-only look (`check_key_n(k, 0)`, `peek_key`) racing a quota change,
+/// as [`quota_change_races_a_peek`] for a key's slot and its group's gate.
+#[test]
+fn quota_change_races_a_key_peek() {
+    explore("quota_change_races_a_key_peek", 2, || {
+        let clock = clock();
+        let lim = loom::sync::Arc::new(keyed("10/s;burst=2", &clock));
+        let k = key(2);
+        assert!(lim.check_key(&k).is_permitted());
+        let l = lim.clone();
+        let change = thread::spawn(move || l.set_quota(quota("4/s;burst=4")));
+        let z = lim.check_key_n(&k, 0).expect("a cost of 0 always fits");
+        let p = lim.peek_key(&k);
+        change.join().unwrap();
+        assert!(
+            matches!(z.allowed().map(|a| a.remaining()), Some(1 | 2)),
+            "{z:?}"
+        );
+        assert!(p.is_permitted(), "peek: {p:?}");
+    });
+}
+
+// ---------------------------------------------------------------------------------------
+// 2. The slot life cycle: install, relocate, the check's re-check and undo.
+// ---------------------------------------------------------------------------------------
+
+/// Issue 19, the second failure mode of the ABA undo: a check's compare-and-swap lands on
+/// `A`'s slot (a legitimate allow, `X → X + T`); a split then moves `A` away carrying
+/// `X + T`, and a new key `C` (cost 2 at the same frozen instant: TAT `now + 2T = X + T`) is
+/// installed in the dead slot. The check's re-check sees `C` and the word holding exactly its
+/// write, and "undoes" it: `C`'s TAT drops by `T`, so `C` is allowed one more than its
+/// burst. Invariant: no key is ever allowed more than its burst (3) in all, and none is
+/// charged for another's check.
+///
+/// Loom did not reach this interleaving (433 interleavings at a preemption bound of 3, 112 at
+/// 2, all passing): the model stays as a guard, but it does not show the failure mode absent.
+#[test]
+fn slot_aba_undo_lowers_a_new_owner() {
+    explore("slot_aba_undo_lowers_a_new_owner", 3, || {
+        let clock = clock();
+        let lim = loom::sync::Arc::new(keyed_at_the_split("10/s;burst=3", &clock));
+        let c = key(12); // bucket 0 after the split: A's dead slot 0 is its first free one
+        let l = lim.clone();
+        let insert = thread::spawn(move || {
+            l.check_key_n(&c, 2)
+                .expect("2 fits a burst of 3")
+                .is_permitted()
+        });
+        let a1 = u64::from(lim.check_key(&A).is_permitted());
+        let c1 = if insert.join().unwrap() { 2 } else { 0 };
+        let ta = 1 + a1 + drain(|| lim.check_key(&A), 8);
+        let tc = c1 + drain(|| lim.check_key(&c), 8);
+        assert_eq!(ta, 3, "A: allowed {ta} of a burst of 3");
+        assert_eq!(tc, 3, "C: allowed {tc} of a burst of 3");
+    });
+}
+
+/// Issue 19, the first failure mode: a stalled check of `A` read `X`; a split moves `A` away
+/// and a new key `C` is installed in the dead slot with exactly `X` (same frozen instant,
+/// cost 1). The check's compare-and-swap lands on `C`'s cell; before it can undo, a check of
+/// `C` steps the word on, the undo fails, and the check counts its allow for `A` although
+/// `A`'s own TAT never moved: `A` is allowed one more than its burst.
+///
+/// Loom finds it (at a preemption bound of 2, in about a second): `A` is allowed 4 times with a
+/// burst of 3. No fix yet (a sound one needs the slot's reuse to be visible to the re-check
+/// and the undo, e.g. a generation tag; equal values cannot tell the owners apart).
+#[test]
+#[ignore = "issue 19: the slot ABA (new owner steps between our CAS and the undo) grants one allow too many; found by loom, not fixed"]
+fn slot_aba_new_owner_steps_before_the_undo() {
+    explore("slot_aba_new_owner_steps_before_the_undo", 2, || {
+        let clock = clock();
+        let lim = loom::sync::Arc::new(keyed_at_the_split("10/s;burst=3", &clock));
+        let c = key(12);
+        let (l2, l3) = (lim.clone(), lim.clone());
+        let insert = thread::spawn(move || l2.check_key(&c).is_permitted());
+        let again = thread::spawn(move || l3.check_key(&c).is_permitted());
+        let a1 = u64::from(lim.check_key(&A).is_permitted());
+        let c1 = u64::from(insert.join().unwrap()) + u64::from(again.join().unwrap());
+        let ta = 1 + a1 + drain(|| lim.check_key(&A), 8);
+        let tc = c1 + drain(|| lim.check_key(&c), 8);
+        assert_eq!(ta, 3, "A: allowed {ta} of a burst of 3");
+        assert_eq!(tc, 3, "C: allowed {tc} of a burst of 3");
+    });
+}
+
+// ---------------------------------------------------------------------------------------
+// 3. Growth and refunds.
+// ---------------------------------------------------------------------------------------
+
+/// A split (moving `A` from bucket 0 to the new bucket 2 and publishing the new shape) racing
+/// two lock-free checks of `A`. The new key `D` lands in bucket 1, so no slot is reused (no
+/// ABA): this is the split's own publication. Invariant: `A` and `D` end exactly as a serial
+/// history leaves them — 3 allows each in all, never more, none lost.
+#[test]
+fn grow_split_moves_a_key_under_its_checks() {
+    explore("grow_split_moves_a_key_under_its_checks", 2, || {
+        let clock = clock();
+        let lim = loom::sync::Arc::new(keyed_at_the_split("10/s;burst=3", &clock));
+        let d = key(7); // bucket 1, its last free slot
+        let l = lim.clone();
+        let insert = thread::spawn(move || l.check_key(&d).is_permitted());
+        let a1 = u64::from(lim.check_key(&A).is_permitted());
+        let a2 = u64::from(lim.check_key(&A).is_permitted());
+        assert!(insert.join().unwrap());
+        assert_eq!(a1 + a2, 2, "A had room for both");
+        let ta = 3 + drain(|| lim.check_key(&A), 8);
+        assert_eq!(ta, 3, "A: allowed {ta} of a burst of 3");
+        assert_eq!(1 + drain(|| lim.check_key(&d), 8), 3);
+        assert_eq!(lim.len(), 7);
+    });
+}
+
+/// `refund_key` racing the split that moves the key. `A` has used 2 of 3 and gets 1 back:
+/// whatever the order, it has exactly 2 left — a refund lost would leave 1, one applied twice
+/// (or to the moved copy and the dead one) 3.
+#[test]
+fn refund_races_a_split() {
+    explore("refund_races_a_split", 2, || {
+        let clock = clock();
+        let lim = loom::sync::Arc::new(keyed_at_the_split("10/s;burst=3", &clock));
+        assert!(lim.check_key(&A).is_permitted()); // A: 2 of 3 used
+        let d = key(7);
+        let l = lim.clone();
+        let insert = thread::spawn(move || l.check_key(&d).is_permitted());
+        lim.refund_key(&A, 1);
+        assert!(insert.join().unwrap());
+        assert_eq!(drain(|| lim.check_key(&A), 8), 2, "A after a refund of 1");
+    });
+}
+
+/// `refund` racing a quota change of a direct cell (3 → 6 burst, `T` halved). 2 of 3 used,
+/// 1 refunded: refund first leaves 1 of 3 used, 2 of 6 after the change (4 left); the change
+/// first leaves 4 of 6 used, 3 after the refund of one new unit (3 left). Nothing else.
+#[test]
+fn refund_races_a_quota_change() {
+    explore("refund_races_a_quota_change", 2, || {
+        let clock = clock();
+        let lim = loom::sync::Arc::new(
+            RateLimiter::builder(quota("10/s;burst=3"))
+                .clock(clock.clone())
+                .build(),
+        );
+        assert!(lim.check_n(2).expect("2 fits a burst of 3").is_permitted());
+        let l = lim.clone();
+        let change = thread::spawn(move || l.set_quota(quota("20/s;burst=6")));
+        lim.refund(1);
+        change.join().unwrap();
+        let left = drain(|| lim.check(), 8);
+        assert!((3..=4).contains(&left), "{left} left");
+    });
+}
