@@ -16,8 +16,10 @@
 //! Statics that hold atomics or locks are built lazily under loom (`loom::lazy_static!`):
 //! loom's constructors are not `const`, and each model run needs fresh ones.
 
-// Which items a build uses depends on its features; under loom the default ones use fewer.
-#![cfg_attr(loom, allow(dead_code, unused_imports))]
+// Which items a build uses depends on its features (no feature uses `RwLock` or `AtomicU32`);
+// under loom the wrappers' unused methods too.
+#![allow(unused_imports)]
+#![cfg_attr(loom, allow(dead_code))]
 
 #[cfg(not(loom))]
 pub(crate) use core::hint::spin_loop;
