@@ -239,6 +239,35 @@ fn quota_change_races_a_key_peek() {
     });
 }
 
+/// [`quota_change_races_a_key_peek`] for a key the full table would send to the shared
+/// overflow cell: the peek reads the overflow cell's word, which the change rescales too.
+#[test]
+fn quota_change_races_an_overflow_peek() {
+    explore("quota_change_races_an_overflow_peek", 2, || {
+        let clock = clock();
+        let lim = KeyedRateLimiter::<u64>::builder(quota("10/s;burst=2"))
+            .clock(clock.clone())
+            .max_keys(1)
+            .build();
+        let lim = loom::sync::Arc::new(lim);
+        assert!(lim.check_key(&key(2)).is_permitted());
+        // The table is full: a new key takes a unit of the overflow cell (1 of 2 left).
+        assert!(lim.check_key(&key(3)).is_permitted());
+        let l = lim.clone();
+        let change = thread::spawn(move || l.set_quota(quota("4/s;burst=4")));
+        let z = lim
+            .check_key_n(&key(4), 0)
+            .expect("a cost of 0 always fits");
+        let p = lim.peek_key(&key(4));
+        change.join().unwrap();
+        assert!(
+            matches!(z.allowed().map(|a| a.remaining()), Some(1 | 2)),
+            "{z:?}"
+        );
+        assert!(p.is_permitted(), "peek: {p:?}");
+    });
+}
+
 // ---------------------------------------------------------------------------------------
 // 2. The slot life cycle: install, relocate, the check's re-check and undo.
 // ---------------------------------------------------------------------------------------

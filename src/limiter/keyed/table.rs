@@ -314,24 +314,40 @@ impl<K> KeyedRateLimiter<K> {
             // A new key: fresh if it would be tracked, else it would share the overflow cell.
             _ if self.len() < self.max_keys => eval(0, &snap.cur, DenyReason::Quota),
             _ => {
-                let op = self.overflow_params(&snap);
+                let (tat, op) = self.overflow_word();
                 let within = op.within(tol_of(&op));
                 let w = if cost == 0 {
                     0
                 } else {
                     op.weight(1).unwrap_or(op.tau)
                 };
-                let tat = self.overflow.tat.0.load(Ordering::Relaxed);
                 cell::evaluate(tat, now, &within, w, DenyReason::KeyTableFull)
             }
         }
     }
 
-    /// The overflow cell's parameters: its own quota, or the per-key quota (through its gate).
-    pub(super) fn overflow_params(&self, snap: &Snapshot) -> Params {
-        match &self.overflow.params {
-            Some(own) => own.load().cur,
-            None => self.overflow.gate.resolve(snap).0,
+    /// The overflow cell's TAT and the parameters it is in the scale of: re-validated after
+    /// the load, as [`step_overflow`](Self::step_overflow) does, so a word a quota change
+    /// rescaled in between is never read under the previous parameters (a spurious denial,
+    /// found by the loom model `quota_change_races_an_overflow_peek`).
+    fn overflow_word(&self) -> (u64, Params) {
+        let oc = &self.overflow;
+        loop {
+            let (op, token, shared) = match &oc.params {
+                Some(own) => {
+                    let s = own.load();
+                    (s.cur, Token::steady(s.seq), own)
+                }
+                None => {
+                    let (p, token) = oc.gate.resolve(&self.params.load());
+                    (p, token, &self.params)
+                }
+            };
+            // Acquire: a word rescaled after `op` was chosen then shows in the re-validation.
+            let tat = oc.tat.0.load(Ordering::Acquire);
+            if token.still_valid(shared, &oc.gate) {
+                return (tat, op);
+            }
         }
     }
 
