@@ -433,7 +433,7 @@ pub(crate) fn replay(short: bool, seed: u64) -> Result<Incident, ReplayError> {
         (
             "001",
             "the unit dropped and the wrong policy edited",
-            "001_290d66aaec100d9c.txt",
+            "a payments API's paid checkout capped for 38 min by a config typo",
         ),
         (day, tl.push_ms, seed),
         notes,

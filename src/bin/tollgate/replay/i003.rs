@@ -411,7 +411,7 @@ pub(crate) fn replay(short: bool, seed: u64) -> Result<Incident, ReplayError> {
         (
             "003",
             "recovery traffic starving heartbeats, and a retry storm",
-            "003_adf81066b24de7a6.txt",
+            "a key-value store's recovery traffic and client retries: a SEV-1 of 74 min",
         ),
         (14 * 3600 + 3 * 60, fault_at, seed),
         notes,

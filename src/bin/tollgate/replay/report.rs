@@ -69,7 +69,7 @@ impl Run {
 pub(crate) struct Incident {
     pub(crate) id: &'static str,
     pub(crate) title: &'static str,
-    /// The postmortem's file in `../shared/incidents/`.
+    /// The outage modelled, in a line: whose system, what happened, how long.
     pub(crate) source: &'static str,
     /// Wall-clock time of day at the run's start, in seconds (for the axis labels).
     pub(crate) day_offset_secs: u64,
