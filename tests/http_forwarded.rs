@@ -18,6 +18,10 @@ use http::{HeaderValue, Request};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
+#[path = "common/cpu_time.rs"]
+mod cpu_time;
+use cpu_time::thread_cpu_time;
+
 use tollgate::http::{
     ForwardedHeader, ForwardedIp, KeyError, KeyExtractor, OnMissingKey, PeerIp, RateLimitLayer,
 };
@@ -213,20 +217,6 @@ fn the_walk_passes_at_most_32_trusted_hops_and_reads_at_most_64_kib() {
     let chain = format!("{}, 203.0.113.9", vec!["198.51.100.1"; 10_000].join(", "));
     assert!(chain.len() > 130_000);
     assert_malformed(k(&chain), "10,000 hops");
-}
-
-/// The CPU time this thread has used so far (see tests/scaling.rs: a loaded machine cannot
-/// make a linear walk look quadratic in CPU time).
-fn thread_cpu_time() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // The call only writes the struct it is given (the library forbids unsafe code; this is
-    // a test). A failure is reported, never read as a time.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID) failed");
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
 /// The walk's worst case is a value it reads to its left end: every element empty (skipped,

@@ -9,6 +9,10 @@
 use std::hint::black_box;
 use std::time::Duration;
 
+#[path = "common/cpu_time.rs"]
+mod cpu_time;
+use cpu_time::thread_cpu_time;
+
 use tollgate::{
     ConfigErrorKind as Kind, Format, Limits, DEFAULT_GUARD, MAX_ALSO_POLICIES, MAX_LISTED_ERRORS,
     MAX_POLICIES,
@@ -162,19 +166,6 @@ fn a_yaml_alias_cannot_slip_more_policies_past_the_cap() {
     let errors = Limits::from_yaml(&text).expect_err("too many");
     let kinds: Vec<Kind> = errors.iter().take(3).map(|e| e.kind()).collect();
     assert_eq!(kinds, [Kind::UnknownField, Kind::TooManyPolicies]);
-}
-
-/// The CPU time this thread has used so far (see `tests/scaling.rs`).
-fn thread_cpu_time() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // The call only writes the struct it is given (the library forbids unsafe code; this is
-    // a test). A failure is reported, never read as a time.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID) failed");
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
 /// The fastest of a few refusals of `text`.

@@ -11,6 +11,10 @@ use std::hint::black_box;
 use std::sync::Mutex;
 use std::time::Duration;
 
+#[path = "common/cpu_time.rs"]
+mod cpu_time;
+use cpu_time::thread_cpu_time;
+
 use tollgate::{
     ConfigErrorKind as Kind, Format, Limits, LimitsHandle, DEFAULT_GUARD, MAX_DEPTH,
     MAX_DOCUMENT_BYTES,
@@ -23,30 +27,6 @@ const ATTEMPTS: usize = 5;
 /// Near-linear: four times the input may cost at most this many times the time (linear is
 /// 4, n log n a little more; quadratic is 16).
 const MAX_RATIO: f64 = 6.0;
-
-/// The CPU time this thread has used so far. The cases are timed in CPU time, not wall time:
-/// time spent waiting for a core while other processes run (CI shares its 2 cores with the
-/// build, other test binaries and, on a developer's machine, anything else) is not counted,
-/// so a loaded machine cannot make a linear operation look quadratic.
-#[cfg(unix)]
-fn thread_cpu_time() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // The call only writes the struct it is given (the library itself forbids unsafe code;
-    // this is a test). A failure is reported, never read as a time.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID) failed");
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-}
-
-/// Elsewhere, wall time since the first call (more sensitive to a loaded machine).
-#[cfg(not(unix))]
-fn thread_cpu_time() -> Duration {
-    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-    START.get_or_init(std::time::Instant::now).elapsed()
-}
 
 /// Bytes written before each timing: twice the largest last-level cache of the machines this
 /// runs on (32 MiB), so that every case starts from cold caches.

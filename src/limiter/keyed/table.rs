@@ -10,7 +10,7 @@ use crate::engine::cell::{self, Attempt, Steady, TOMBSTONE};
 use crate::engine::check::Check;
 use crate::engine::error::InsufficientCapacity;
 use crate::engine::gcra::Params;
-use crate::engine::params::{Gate, Snapshot, Token};
+use crate::engine::params::{Gate, SharedParams, Snapshot, Token};
 use crate::engine::stats::{ALLOWED, DENIED_QUOTA};
 use crate::engine::verdict::{Allowed, Denied, DenyReason, PassReason, Verdict};
 use crate::limiter::guard::{self, Guard};
@@ -333,20 +333,29 @@ impl<K> KeyedRateLimiter<K> {
     fn overflow_word(&self) -> (u64, Params) {
         let oc = &self.overflow;
         loop {
-            let (op, token, shared) = match &oc.params {
-                Some(own) => {
-                    let s = own.load();
-                    (s.cur, Token::steady(s.seq), own)
-                }
-                None => {
-                    let (p, token) = oc.gate.resolve(&self.params.load());
-                    (p, token, &self.params)
-                }
-            };
+            let (op, token, shared) = self.overflow_params();
             // Acquire: a word rescaled after `op` was chosen then shows in the re-validation.
             let tat = oc.tat.0.load(Ordering::Acquire);
             if token.still_valid(shared, &oc.gate) {
                 return (tat, op);
+            }
+        }
+    }
+
+    /// The overflow cell's parameters (its own quota, or the per-key quota through its gate),
+    /// the token to re-validate them with after loading its word, and the parameters the token
+    /// names.
+    #[inline]
+    fn overflow_params(&self) -> (Params, Token, &SharedParams) {
+        let oc = &self.overflow;
+        match &oc.params {
+            Some(own) => {
+                let s = own.load();
+                (s.cur, Token::steady(s.seq), own)
+            }
+            None => {
+                let (p, token) = oc.gate.resolve(&self.params.load());
+                (p, token, &self.params)
             }
         }
     }
@@ -357,16 +366,7 @@ impl<K> KeyedRateLimiter<K> {
     pub(super) fn step_overflow(&self, now: u64, ask: Ask) -> Verdict {
         let oc = &self.overflow;
         loop {
-            let (op, token, shared) = match &oc.params {
-                Some(own) => {
-                    let s = own.load();
-                    (s.cur, Token::steady(s.seq), own)
-                }
-                None => {
-                    let (p, token) = oc.gate.resolve(&self.params.load());
-                    (p, token, &self.params)
-                }
-            };
+            let (op, token, shared) = self.overflow_params();
             let tol = ask.reserve.tolerance(&op);
             let Some(w) = op.weight(ask.cost).filter(|&w| w <= tol) else {
                 return Verdict::Deny(Denied::new(u64::MAX, DenyReason::KeyTableFull));
