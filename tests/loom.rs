@@ -269,19 +269,21 @@ fn quota_change_races_an_overflow_peek() {
 }
 
 // ---------------------------------------------------------------------------------------
-// 2. The slot life cycle: install, relocate, the check's re-check and undo.
+// 2. The slot life cycle: install, relocate, the check's re-check and its swap on a word
+//    tagged with its owner (`src/engine/tagged.rs`).
 // ---------------------------------------------------------------------------------------
 
-/// Issue 19, the second failure mode of the ABA undo: a check's compare-and-swap lands on
-/// `A`'s slot (a legitimate allow, `X → X + T`); a split then moves `A` away carrying
+/// The second failure mode of the ABA undo the check used to have: a check's compare-and-swap
+/// lands on `A`'s slot (a legitimate allow, `X → X + T`); a split then moves `A` away carrying
 /// `X + T`, and a new key `C` (cost 2 at the same frozen instant: TAT `now + 2T = X + T`) is
-/// installed in the dead slot. The check's re-check sees `C` and the word holding exactly its
-/// write, and "undoes" it: `C`'s TAT drops by `T`, so `C` is allowed one more than its
-/// burst. Invariant: no key is ever allowed more than its burst (3) in all, and none is
-/// charged for another's check.
+/// installed in the dead slot. The old check re-checked the key after its swap, saw `C` and
+/// the word holding exactly its write, and "undid" it: `C`'s TAT dropped by `T`, so `C` was
+/// allowed one more than its burst. With the owner's tag in the word there is no undo: the
+/// swap that landed stands. Invariant: no key is ever allowed more than its burst (3) in all,
+/// and none is charged for another's check.
 ///
-/// Loom did not reach this interleaving (433 interleavings at a preemption bound of 3, 112 at
-/// 2, all passing): the model stays as a guard, but it does not show the failure mode absent.
+/// Loom did not reach the undo's interleaving (433 interleavings at a preemption bound of 3,
+/// 112 at 2, all passing, before the tag): the model stays as a guard.
 #[test]
 fn slot_aba_undo_lowers_a_new_owner() {
     explore("slot_aba_undo_lowers_a_new_owner", 3, || {
@@ -303,17 +305,16 @@ fn slot_aba_undo_lowers_a_new_owner() {
     });
 }
 
-/// Issue 19, the first failure mode: a stalled check of `A` read `X`; a split moves `A` away
-/// and a new key `C` is installed in the dead slot with exactly `X` (same frozen instant,
-/// cost 1). The check's compare-and-swap lands on `C`'s cell; before it can undo, a check of
-/// `C` steps the word on, the undo fails, and the check counts its allow for `A` although
-/// `A`'s own TAT never moved: `A` is allowed one more than its burst.
-///
-/// Loom finds it (at a preemption bound of 2, in about a second): `A` is allowed 4 times with a
-/// burst of 3. No fix yet (a sound one needs the slot's reuse to be visible to the re-check
-/// and the undo, e.g. a generation tag; equal values cannot tell the owners apart).
+/// The first failure mode of the ABA undo: a stalled check of `A` read `X`; a split moves `A`
+/// away and a new key `C` is installed in the dead slot with exactly `X` (same frozen instant,
+/// cost 1). The old check's compare-and-swap on the bare TAT landed on `C`'s cell; before it
+/// could undo, a check of `C` stepped the word on, the undo failed, and the check counted its
+/// allow for `A` although `A`'s own TAT never moved: loom found `A` allowed 4 times with a
+/// burst of 3 (at a preemption bound of 2, in about a second). Now the word holds `C`'s TAT
+/// under `C`'s mask, which is not `A`'s encoding of `X`: the swap fails and the check looks
+/// `A` up again. Invariant: `A` and `C` are each allowed exactly their burst, never more,
+/// none lost.
 #[test]
-#[ignore = "issue 19: the slot ABA (new owner steps between our CAS and the undo) grants one allow too many; found by loom, not fixed"]
 fn slot_aba_new_owner_steps_before_the_undo() {
     explore("slot_aba_new_owner_steps_before_the_undo", 2, || {
         let clock = clock();
@@ -327,6 +328,30 @@ fn slot_aba_new_owner_steps_before_the_undo() {
         let ta = 1 + a1 + drain(|| lim.check_key(&A), 8);
         let tc = c1 + drain(|| lim.check_key(&c), 8);
         assert_eq!(ta, 3, "A: allowed {ta} of a burst of 3");
+        assert_eq!(tc, 3, "C: allowed {tc} of a burst of 3");
+    });
+}
+
+/// A stalled refund of `A` read `A`'s TAT `X + T` (one unit used) and re-checked the key; a
+/// split moves `A` away and a new key `C` (cost 1 at the same frozen instant) is installed in
+/// the dead slot with exactly `X + T`, and stepped once more by a second check. A refund whose
+/// swap landed on `C`'s word would lower `C`'s TAT: an allow beyond `C`'s burst, for a refund
+/// `C` never asked for. Invariant: the refund gives `A` back its unit (3 allows after it) and
+/// `C` is allowed exactly its burst.
+#[test]
+fn slot_aba_a_refund_never_lands_on_a_new_owner() {
+    explore("slot_aba_a_refund_never_lands_on_a_new_owner", 2, || {
+        let clock = clock();
+        let lim = loom::sync::Arc::new(keyed_at_the_split("10/s;burst=3", &clock));
+        let c = key(12);
+        let (l2, l3) = (lim.clone(), lim.clone());
+        let insert = thread::spawn(move || l2.check_key(&c).is_permitted());
+        let again = thread::spawn(move || l3.check_key(&c).is_permitted());
+        lim.refund_key(&A, 1);
+        let c1 = u64::from(insert.join().unwrap()) + u64::from(again.join().unwrap());
+        let ta = drain(|| lim.check_key(&A), 8);
+        let tc = c1 + drain(|| lim.check_key(&c), 8);
+        assert_eq!(ta, 3, "A: {ta} allowed after its refund, of a burst of 3");
         assert_eq!(tc, 3, "C: allowed {tc} of a burst of 3");
     });
 }

@@ -4,6 +4,7 @@
 use crate::sync::atomic::{AtomicU64, Ordering};
 
 use crate::engine::gcra::{self, Outcome, Params, Per};
+use crate::engine::tagged;
 use crate::engine::verdict::{
     Allowed, Denied, DenyReason, PassReason, PassThrough, Shadow, Verdict,
 };
@@ -113,7 +114,7 @@ pub(crate) fn steady_step(tat: u64, now: u64, w: u64, tau: u64, tol: u64) -> Ste
 /// still holds its key); `fresh` reads the clock again (see [`refresh`]). Returns `None` if the
 /// word holds [`TOMBSTONE`] or `still_ours` says no: the caller must look the key up again.
 ///
-/// `tol ≤ τ` is the tolerance of the check's priority class (τ itself without classes): the
+/// `tol ≤ τ` is the tolerance of the check's priority class (τ without classes): the
 /// clamp uses the full τ, so a low class never lowers what a critical class left above
 /// `now + tol`; the step uses `tol`.
 #[inline]
@@ -125,29 +126,23 @@ pub(crate) fn step_within(
     still_ours: impl Fn() -> bool,
     fresh: impl Fn() -> u64,
 ) -> Option<Verdict> {
-    step_checked(word, a, tol, reason, still_ours, || true, fresh)
+    step_checked(word, 0, a, tol, reason, still_ours, fresh)
 }
 
-/// [`step_within`] on a word that can change hands: a keyed slot, which a sweep or a move may
-/// kill and hand to another key whose TAT happens to equal the one read here (an ABA that
-/// `still_ours`, asked before the compare-and-swap, cannot see). `landed` is asked after a
-/// successful compare-and-swap: `false` if another key holds the word now. Then either the
-/// write landed on that key's cell — the word still holds it, so it is undone and `None`
-/// returned, as for a dead word — or our key was moved away after the write landed, carrying
-/// it, and the word was reused: the word holds something else, and the step stands. Both
-/// readings fail when the new owner steps the word between our write and the undo (or installs
-/// exactly our value): the undo then fails and our allow stands although it landed on the new
-/// owner's cell. That is one allow beyond our key's burst per such race, found by the loom
-/// model `slot_aba_new_owner_steps_before_the_undo` (`tests/loom.rs`, ignored until fixed: a
-/// slot generation the compare-and-swap can check is the likely fix; issue 19).
+/// [`step_within`] on a word that can change hands — a keyed slot, which a sweep or a move
+/// may kill and hand to another key — stored under its owner's `mask` (see
+/// [`tagged`](crate::engine::tagged); 0 for a word that never changes hands). The
+/// compare-and-swap expects the owner's encoding of the TAT read, so it cannot land on
+/// another key's word even if that key's TAT equals the one read; once it lands, the step
+/// stands (a move right after carries it).
 #[inline]
 pub(crate) fn step_checked(
     word: &AtomicU64,
+    mask: u64,
     a: Attempt<'_>,
     tol: u64,
     reason: DenyReason,
     still_ours: impl Fn() -> bool,
-    landed: impl Fn() -> bool,
     fresh: impl Fn() -> u64,
 ) -> Option<Verdict> {
     let (p, w, mut now) = (a.p, a.w, a.now);
@@ -155,12 +150,13 @@ pub(crate) fn step_checked(
     // Acquire (load and failed CAS): in the keyed table a slot's new TAT is published with
     // Release after its new key, so a reader that sees the TAT and re-checks the key sees the
     // new key. For a direct limiter this costs nothing on x86 and orders nothing else.
-    let mut cur = word.load(Ordering::Acquire);
+    let mut raw = word.load(Ordering::Acquire);
     let mut refreshed = false;
     loop {
-        if cur == TOMBSTONE || !still_ours() {
+        if raw == TOMBSTONE || !still_ours() {
             return None;
         }
+        let cur = tagged::decode(raw, mask);
         let clamped = gcra::clamp(cur, now, p.tau);
         if clamped < cur && !refreshed {
             refreshed = true;
@@ -174,31 +170,15 @@ pub(crate) fn step_checked(
             _ if clamped < cur => clamped,
             _ => return Some(verdict(outcome, &told, reason)),
         };
-        match word.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) if landed() => return Some(verdict(outcome, &told, reason)),
-            // Another key holds the word. If it still holds our write, the write landed on that
-            // key's cell (an ABA): undo it and look again. If the word moved on, our key held
-            // it when we wrote and was since moved away with our write in its TAT (and the
-            // word reused): the step stands. Relaxed on failure: nothing is read then.
-            Ok(_) => {
-                return (!undo(word, next, cur)).then(|| verdict(outcome, &told, reason));
-            }
+        let next = tagged::encode(next, mask);
+        match word.compare_exchange_weak(raw, next, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return Some(verdict(outcome, &told, reason)),
             Err(actual) => {
-                cur = actual;
+                raw = actual;
                 refreshed = false;
             }
         }
     }
-}
-
-/// Undoes a write of `next` over `cur` that landed on another key's cell, if the word still
-/// holds it (see [`step_checked`]); `false` if the word moved on (the write stands).
-#[cold]
-#[inline(never)]
-pub(crate) fn undo(word: &AtomicU64, next: u64, cur: u64) -> bool {
-    // Relaxed on failure: nothing is read then.
-    word.compare_exchange(next, cur, Ordering::AcqRel, Ordering::Relaxed)
-        .is_ok()
 }
 
 /// [`step_within`] on a word that never holds the tombstone (a direct limiter, the overflow
@@ -307,39 +287,41 @@ mod tests {
     }
 
     #[test]
-    fn a_step_that_landed_on_a_cell_that_changed_hands_is_undone() {
+    fn a_step_never_lands_on_another_owners_word_with_the_same_tat() {
         let p = Params {
             per: Per::Request { t: 10 },
             tau: 100,
             burst: 10,
         };
-        let word = AtomicU64::new(150);
         let a = Attempt {
             now: 100,
             p: &p,
             w: 10,
         };
         let quota = DenyReason::Quota;
-        // The slot's key changed between the check's look and its CAS (same TAT): undone.
-        let v = step_checked(&word, a, p.tau, quota, || true, || false, || 100);
-        assert!(v.is_none(), "the caller looks the key up again");
-        assert_eq!(
-            word.load(Ordering::Relaxed),
-            150,
-            "the other key's TAT is back"
-        );
-        let v = step_checked(&word, a, p.tau, quota, || true, || true, || 100);
+        let (ma, mb) = (tagged::mask_of(2 << 32 | 2), tagged::mask_of(12 << 32 | 12));
+        let word = AtomicU64::new(tagged::encode(150, ma));
+        let v = step_checked(&word, ma, a, p.tau, quota, || true, || 100);
         assert!(matches!(v, Some(Verdict::Allow(_))));
-        assert_eq!(word.load(Ordering::Relaxed), 160);
-        // Our key was moved away (carrying the write) and the word reused before we looked:
-        // the word no longer holds our write, so the step stands.
-        let moved = || {
-            word.store(7, Ordering::Relaxed);
-            false
+        assert_eq!(tagged::decode(word.load(Ordering::Relaxed), ma), 160);
+        // The key read 160 and re-checked its slot; then, before its swap, the slot changed
+        // hands to a key whose TAT is also 160. The swap expects the first key's word and
+        // fails on the second's; the re-check then says no, and the caller looks again.
+        let handed_over = std::sync::atomic::AtomicBool::new(false);
+        let ours = || {
+            let first = !handed_over.swap(true, std::sync::atomic::Ordering::Relaxed);
+            if first {
+                word.store(tagged::encode(160, mb), Ordering::Relaxed);
+            }
+            first
         };
-        let v = step_checked(&word, a, p.tau, quota, || true, moved, || 100);
-        assert!(matches!(v, Some(Verdict::Allow(_))), "counted once");
-        assert_eq!(word.load(Ordering::Relaxed), 7, "the new owner's TAT stays");
+        let v = step_checked(&word, ma, a, p.tau, quota, ours, || 100);
+        assert!(v.is_none(), "not ours: the caller looks the key up again");
+        assert_eq!(
+            tagged::decode(word.load(Ordering::Relaxed), mb),
+            160,
+            "the new owner's TAT is untouched"
+        );
     }
 
     #[test]

@@ -12,4 +12,5 @@ pub(crate) mod params;
 pub(crate) mod quota;
 pub(crate) mod refund;
 pub(crate) mod stats;
+pub(crate) mod tagged;
 pub(crate) mod verdict;

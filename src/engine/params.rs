@@ -32,6 +32,7 @@ use crate::sync::spin_loop;
 
 use crate::engine::cell::TOMBSTONE;
 use crate::engine::gcra::{self, Params, Per};
+use crate::engine::tagged;
 
 /// The fast path's `T` is below this (every quota's `T` is, at most a day; a larger one
 /// would take the general path), so its verdict stores `T` in 48 bits without a test
@@ -339,13 +340,14 @@ impl Gate {
         }
     }
 
-    /// The change side: rescales `words` (TAT words of this group; tombstones are skipped)
-    /// from `old` to `new` at `now`, and marks the group as in generation `gen`. The caller
+    /// The change side: rescales `words` (TAT words of this group, each with its owner's mask
+    /// — see [`tagged`](crate::engine::tagged); tombstones are skipped) from `old` to `new` at
+    /// `now`, and marks the group as in generation `gen`. The caller
     /// serialises changes and holds whatever lock orders inserts into this group.
     pub(crate) fn rescale<'a>(
         &self,
         gen: u64,
-        words: impl IntoIterator<Item = &'a AtomicU64>,
+        words: impl IntoIterator<Item = (&'a AtomicU64, u64)>,
         old: &Params,
         new: &Params,
         now: u64,
@@ -355,8 +357,8 @@ impl Gate {
         self.0
             .store(gen.wrapping_mul(2).wrapping_sub(1), Ordering::Relaxed);
         fence(Ordering::Release);
-        for word in words {
-            rescale_word(word, old.tau, new.tau, now);
+        for (word, mask) in words {
+            rescale_word(word, mask, old.tau, new.tau, now);
         }
         // Release: a reader that sees the final value sees every rescaled word.
         self.0.store(gen.wrapping_mul(2), Ordering::Release);
@@ -403,21 +405,24 @@ impl Gate {
     }
 }
 
-/// Rescales one TAT word to a new tolerance at `now` (see [`gcra::rescale`]), racing checks
-/// with compare-and-swap: every check that lands first is rescaled with the rest.
-pub(crate) fn rescale_word(word: &AtomicU64, tau_old: u64, tau_new: u64, now: u64) {
-    let mut cur = word.load(Ordering::Acquire);
+/// Rescales one TAT word, stored under `mask`, to a new tolerance at `now` (see
+/// [`gcra::rescale`]), racing checks with compare-and-swap: every check that lands first is
+/// rescaled with the rest.
+pub(crate) fn rescale_word(word: &AtomicU64, mask: u64, tau_old: u64, tau_new: u64, now: u64) {
+    let mut raw = word.load(Ordering::Acquire);
     loop {
-        if cur == TOMBSTONE {
+        if raw == TOMBSTONE {
             return;
         }
+        let cur = tagged::decode(raw, mask);
         let next = gcra::rescale(cur, now, tau_old, tau_new);
         if next == cur {
             return;
         }
-        match word.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Acquire) {
+        let next = tagged::encode(next, mask);
+        match word.compare_exchange_weak(raw, next, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => return,
-            Err(actual) => cur = actual,
+            Err(actual) => raw = actual,
         }
     }
 }
@@ -489,7 +494,7 @@ mod tests {
         let snap = shared.load();
         let (p, token) = gate.resolve(&snap);
         assert_eq!(p, a, "not rescaled yet: the previous quota");
-        gate.rescale(gen, [&word], &old, &b, 100);
+        gate.rescale(gen, [(&word, 0)], &old, &b, 100);
         assert_eq!(word.load(Ordering::Relaxed), 350, "half of τ = 500 used");
         assert!(
             !token.still_valid(&shared, &gate),

@@ -15,6 +15,7 @@ use crate::sync::atomic::{AtomicU64, Ordering};
 
 use crate::engine::cell::TOMBSTONE;
 use crate::engine::gcra::Params;
+use crate::engine::tagged;
 
 /// The TAT after refunding weight `w` at `now`: `max(tat − w, now)` if `tat > now`, else
 /// `tat` unchanged. Never above `tat`.
@@ -37,47 +38,42 @@ impl Params {
 
 /// Refunds weight `w` on the TAT word at `now`, racing checks with compare-and-swap.
 ///
-/// `still_ours` is asked after each read of the word, as in
-/// [`step_checked`](crate::engine::cell::step_checked) (the keyed table re-checks that the
-/// slot holds the key and the parameters still apply); `landed` after a successful swap
-/// (`false`: another key holds the word now — if the word still holds our write it landed on
-/// that key's cell and is undone, and `None` is returned; if the word moved on, our key was
-/// moved away carrying the write, which stands). `lowering` is told the new TAT before it is
-/// written (the keyed table keeps its sweep's bound on idle keys true with it).
+/// `mask` is the word's owner tag (see [`tagged`](crate::engine::tagged); 0 for a word that
+/// never changes hands): the swap expects the owner's encoding, so a refund never lands on a
+/// word another key holds, whatever its TAT. `still_ours` is asked after each read of the
+/// word, as in [`step_checked`](crate::engine::cell::step_checked) (the keyed table re-checks
+/// that the slot holds the key and the parameters still apply). `lowering` is told the new
+/// TAT before it is written (the keyed table keeps its sweep's bound on idle keys true with
+/// it).
 ///
 /// Returns `Some(())` once the refund is done (or there was nothing to give back: a full
 /// cell), `None` if the word is dead or no longer ours: the caller looks the key up again.
 #[inline]
 pub(crate) fn refund_word(
     word: &AtomicU64,
+    mask: u64,
     now: u64,
     w: u64,
     still_ours: impl Fn() -> bool,
-    landed: impl Fn() -> bool,
     lowering: impl Fn(u64),
 ) -> Option<()> {
     // Acquire (load and failed CAS): see `cell::step_checked`; the word is re-validated with
     // `still_ours` after it.
-    let mut cur = word.load(Ordering::Acquire);
+    let mut raw = word.load(Ordering::Acquire);
     loop {
-        if cur == TOMBSTONE || !still_ours() {
+        if raw == TOMBSTONE || !still_ours() {
             return None;
         }
+        let cur = tagged::decode(raw, mask);
         let next = refunded(cur, now, w);
         if next >= cur {
             return Some(());
         }
         lowering(next);
-        match word.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) if landed() => return Some(()),
-            // As in `cell::step_checked`: undo a write that landed on another key's cell.
-            Ok(_) => {
-                let undone = word
-                    .compare_exchange(next, cur, Ordering::AcqRel, Ordering::Relaxed)
-                    .is_ok();
-                return if undone { None } else { Some(()) };
-            }
-            Err(actual) => cur = actual,
+        let next = tagged::encode(next, mask);
+        match word.compare_exchange_weak(raw, next, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return Some(()),
+            Err(actual) => raw = actual,
         }
     }
 }
@@ -123,15 +119,14 @@ mod tests {
         let word = AtomicU64::new(130);
         let seen = AtomicU64::new(0);
         let note = |t| seen.store(t, Ordering::Relaxed);
-        assert_eq!(
-            refund_word(&word, 100, 20, || true, || true, note),
-            Some(())
-        );
+        assert_eq!(refund_word(&word, 0, 100, 20, || true, note), Some(()));
         assert_eq!(word.load(Ordering::Relaxed), 110);
         assert_eq!(seen.load(Ordering::Relaxed), 110);
-        assert_eq!(refund_word(&word, 100, 20, || false, || true, |_| {}), None);
-        // Landed on a cell that changed hands meanwhile: undone.
-        assert_eq!(refund_word(&word, 100, 5, || true, || false, |_| {}), None);
-        assert_eq!(word.load(Ordering::Relaxed), 110);
+        assert_eq!(refund_word(&word, 0, 100, 20, || false, |_| {}), None);
+        // A tagged word: decoded, refunded, encoded under the same owner's mask.
+        let m = tagged::mask_of(7 << 40 | 3);
+        let word = AtomicU64::new(tagged::encode(130, m));
+        assert_eq!(refund_word(&word, m, 100, 20, || true, |_| {}), Some(()));
+        assert_eq!(tagged::decode(word.load(Ordering::Relaxed), m), 110);
     }
 }

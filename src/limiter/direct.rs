@@ -464,7 +464,7 @@ impl RateLimiter {
         self.cell
             .0
             .gate
-            .rescale(gen, [&self.cell.0.tat], &old, &new, now);
+            .rescale(gen, [(&self.cell.0.tat, 0)], &old, &new, now);
         self.params.finish();
         *current = quota;
     }

@@ -13,7 +13,7 @@
 //! | `key` | 0 | never used |
 //! | `key` | fp | holds (or held) the key with fingerprint `fp` |
 //! | `tat` | [`TOMBSTONE`](crate::engine::cell::TOMBSTONE) | dead: swept, or moved away; reusable by any key |
-//! | `tat` | other | the key's TAT |
+//! | `tat` | other | the key's TAT, XOR a mask drawn from `fp` (see [`tagged`](crate::engine::tagged)) |
 //!
 //! Slots sit four to a bucket (one cache line). A key lives in one of its two candidate
 //! buckets, and the table grows a bucket at a time as keys arrive, from 4 KiB up to what

@@ -44,7 +44,7 @@ impl RateLimiter {
             let c = &self.cell.0;
             let valid = || token.still_valid(&self.params, &c.gate);
             // A direct cell never changes hands: nothing to undo after a swap.
-            if refund::refund_word(&c.tat, now, w, valid, || true, |_| {}).is_some() {
+            if refund::refund_word(&c.tat, 0, now, w, valid, |_| {}).is_some() {
                 return;
             }
         }

@@ -46,7 +46,7 @@
 //! The lookup in `to` (step 1) needs none of this: a miss there only sends the key to steps
 //! 2–3, and `adopt` looks again under `to`'s lock.
 
-use crate::sync::atomic::{fence, Ordering};
+use crate::sync::atomic::{fence, AtomicU64, Ordering};
 use core::borrow::Borrow;
 use core::hash::Hash;
 
@@ -56,6 +56,7 @@ use crate::engine::cell::TOMBSTONE;
 use crate::engine::check::Check;
 use crate::engine::error::InsufficientCapacity;
 use crate::engine::gcra;
+use crate::engine::tagged;
 use crate::engine::verdict::Verdict;
 
 /// A key's fill level read from a limiter: its TAT, the tolerance it was written under.
@@ -71,7 +72,7 @@ impl<K> KeyedRateLimiter<K> {
             None => self.fill_locked(fp)?,
         };
         let now = self.now();
-        (tat != TOMBSTONE && tat > now).then_some((tat, tau, now))
+        (tat > now).then_some((tat, tau, now))
     }
 
     /// `Some(found)` if a lock-free look settles it (`found` is `None` for a key in no slot
@@ -93,10 +94,11 @@ impl<K> KeyedRateLimiter<K> {
             return (spilled == 0 && unchanged).then_some(None);
         };
         let (p, token) = place.gate.resolve(&snap);
-        let tat = place.slot.tat.load(Ordering::Acquire);
+        let tat = place.slot.tat_of(fp);
         let ours = place.slot.key.load(Ordering::Acquire) == fp;
-        let valid = tat != TOMBSTONE && ours && token.still_valid(&self.params, place.gate);
-        valid.then_some(Some((tat, p.tau)))
+        let valid = ours && token.still_valid(&self.params, place.gate);
+        let tat = tat.filter(|_| valid)?;
+        Some(Some((tat, p.tau)))
     }
 
     /// [`fill_lock_free`](Self::fill_lock_free) under the insert lock, where keys neither
@@ -111,7 +113,7 @@ impl<K> KeyedRateLimiter<K> {
         }
         match self.held(fp) {
             Held::Live(place) => Some((
-                place.slot.tat.load(Ordering::Acquire),
+                place.slot.tat_of(fp)?,
                 Self::params_at(&snap, place.gate).tau,
             )),
             Held::Dead(_) | Held::Absent => None,
@@ -137,10 +139,10 @@ impl<K> KeyedRateLimiter<K> {
         let dead = match self.held(fp) {
             Held::Live(place) => {
                 // Tracked: keep the later of the two fill levels. Under the insert lock, so
-                // the group's generation cannot change; `fetch_max` leaves a tombstone
-                // (u64::MAX) as it is, and races allows harmlessly.
+                // the group's generation cannot change and the key stays; races allows
+                // harmlessly (a swap on the owner's encoding, see `tagged`).
                 let tau = Self::params_at(&snap, place.gate).tau;
-                place.slot.tat.fetch_max(fill(tau), Ordering::AcqRel);
+                raise(&place.slot.tat, tagged::mask_of(fp), fill(tau));
                 return;
             }
             Held::Dead(place) => Some(place),
@@ -205,6 +207,18 @@ impl<K: Hash> KeyedRateLimiter<K> {
         let fp = self.fingerprinter.fingerprint(key);
         self.carry(fp, from, || from.fingerprinter.fingerprint(key));
         self.check_fp_with(fp, check)
+    }
+}
+
+/// Raises the live TAT word `word` (stored under `mask`) to at least `tat`; a tombstone stays.
+fn raise(word: &AtomicU64, mask: u64, tat: u64) {
+    let mut raw = word.load(Ordering::Acquire);
+    while raw != TOMBSTONE && tagged::decode(raw, mask) < tat {
+        let next = tagged::encode(tat, mask);
+        match word.compare_exchange_weak(raw, next, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return,
+            Err(actual) => raw = actual,
+        }
     }
 }
 

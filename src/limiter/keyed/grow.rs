@@ -12,15 +12,10 @@
 //! shape finds the dead copies and goes the slow way.
 //!
 //! A dead slot (swept, or left by a move) can be handed to another key whose TAT happens to
-//! equal one a stalled check read from the old key before its compare-and-swap (an ABA). So a
-//! check looks at the slot's key again after its compare-and-swap lands
-//! (`cell::step_checked`): its own key there (a moved key's dead copy keeps its fingerprint
-//! until the slot is reused) — the step counts; another key, and the word still holds the
-//! check's write — it landed on that key's cell: undone, and the check looks again; another
-//! key and the word moved on — the check's key held the slot when it wrote and was moved away
-//! with the write, then the slot was reused: the step counts. The readings are wrong only if
-//! the new owner steps the word between the write and the undo, or is installed with exactly
-//! the value written — an ABA on top of an ABA.
+//! equal one a stalled check read from the old key before its compare-and-swap (an ABA). The
+//! TAT word is stored under its owner's mask ([`tagged`]), so the stalled check's swap, which
+//! expects its own key's encoding, fails on the new owner's word and the check looks again: a
+//! swap that lands, lands on its own key's cell (and is carried if the key moves right after).
 //!
 //! # Exactly one rescale per TAT
 //!
@@ -39,6 +34,7 @@ use super::store::{self, Bucket, Place, Slot, Store, KEYS_PER_BUCKET};
 use super::{KeyedRateLimiter, Slow};
 use crate::engine::cell::TOMBSTONE;
 use crate::engine::params::Snapshot;
+use crate::engine::tagged;
 
 /// Splits per insert at most: a table that fell behind (an allocation the allocator refused)
 /// catches up, and no insert waits for more than two buckets' moves.
@@ -241,33 +237,33 @@ impl<K> KeyedRateLimiter<K> {
     fn relocate(&self, slow: &mut Slow, from: &Slot, to: &Slot) {
         let fp = from.key.load(Ordering::Relaxed);
         // Acquire (load and failed CAS): the value moved is the latest allow's.
-        let mut tat = from.tat.load(Ordering::Acquire);
+        let mut raw = from.tat.load(Ordering::Acquire);
         loop {
-            if tat == TOMBSTONE {
+            if raw == TOMBSTONE {
                 return;
             }
             match from.tat.compare_exchange_weak(
-                tat,
+                raw,
                 TOMBSTONE,
                 Ordering::AcqRel,
                 Ordering::Acquire,
             ) {
                 Ok(_) => break,
-                Err(actual) => tat = actual,
+                Err(actual) => raw = actual,
             }
         }
-        // The old slot stays a dead copy of `fp` (free for any key) until it is reused: a check
-        // whose compare-and-swap landed just before the move still finds its key there when
-        // it looks again after it (`cell::step_checked`), so it does not count itself twice.
+        let tat = tagged::decode(raw, tagged::mask_of(fp));
+        // The old slot stays a dead copy of `fp` (free for any key) until it is reused. A check
+        // whose compare-and-swap landed just before the move is carried with it; one that
+        // comes after fails on the tombstone, or on the next owner's word, which is never
+        // `fp`'s encoding (`tagged`), and looks again.
         store::install(to, fp, tat);
         // The resumable sweep may have passed `to` already in its current pass.
         slow.saw_live(tat);
     }
 }
 
-/// The TAT words of `buckets`.
-pub(super) fn tat_words(buckets: &[Bucket]) -> impl Iterator<Item = &AtomicU64> {
-    buckets
-        .iter()
-        .flat_map(|b| b.0.iter().map(|slot| &slot.tat))
+/// The TAT words of `buckets` with their owners' masks (under the insert lock).
+pub(super) fn tat_words(buckets: &[Bucket]) -> impl Iterator<Item = (&AtomicU64, u64)> {
+    buckets.iter().flat_map(|b| Slot::words(&b.0))
 }

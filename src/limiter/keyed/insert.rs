@@ -8,6 +8,7 @@ use super::{Ask, KeyedRateLimiter, Slow, Swept};
 use crate::engine::cell::{self, Attempt, TOMBSTONE};
 use crate::engine::gcra::{self, Outcome, Params};
 use crate::engine::params::{Gate, Snapshot};
+use crate::engine::tagged;
 use crate::engine::verdict::{DenyReason, Verdict};
 
 /// What the insert path does next.
@@ -94,7 +95,8 @@ impl<K> KeyedRateLimiter<K> {
                 let w = Self::weight(&p, &ask).map_err(|_| place.gate)?;
                 let (a, tol) = (Attempt { now, p: &p, w }, ask.reserve.tolerance(&p));
                 let quota = DenyReason::Quota;
-                match cell::step_within(&place.slot.tat, a, tol, quota, || true, || now) {
+                let mask = tagged::mask_of(fp);
+                match cell::step_checked(&place.slot.tat, mask, a, tol, quota, || true, || now) {
                     Some(v) => return Ok(Step::Done(v)),
                     // Dead after all (only the lock's holder kills a slot, so never): revive.
                     None => Some(place),

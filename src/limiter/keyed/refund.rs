@@ -7,6 +7,7 @@ use core::hash::Hash;
 use super::insert::Held;
 use super::KeyedRateLimiter;
 use crate::engine::refund;
+use crate::engine::tagged;
 
 impl<K: Hash> KeyedRateLimiter<K> {
     /// Gives back `n` units that a check of `key` admitted earlier: the key's TAT moves back by
@@ -69,7 +70,8 @@ impl<K> KeyedRateLimiter<K> {
         let ours = || place.slot.key.load(Ordering::Acquire) == fp;
         let valid = || ours() && token.still_valid(&self.params, place.gate);
         let lowering = |tat| self.lowered_to(tat);
-        refund::refund_word(&place.slot.tat, self.now(), w, valid, ours, lowering)
+        let mask = tagged::mask_of(fp);
+        refund::refund_word(&place.slot.tat, mask, self.now(), w, valid, lowering)
     }
 
     /// Under the insert lock, where keys do not move and quota changes wait: the key's live
@@ -89,8 +91,11 @@ impl<K> KeyedRateLimiter<K> {
         if let Held::Live(place) = self.held(fp) {
             let w = Self::params_at(&snap, place.gate).refund_weight(n);
             // Only this lock's holder moves or kills a slot: it stays ours.
-            let _ = refund::refund_word(&place.slot.tat, now, w, || true, || true, |_| {});
-            slow.saw_live(place.slot.tat.load(Ordering::Acquire));
+            let (word, mask) = (&place.slot.tat, tagged::mask_of(fp));
+            let _ = refund::refund_word(word, mask, now, w, || true, |_| {});
+            if let Some(tat) = place.slot.tat_of(fp) {
+                slow.saw_live(tat);
+            }
         }
     }
 

@@ -40,6 +40,7 @@ use std::sync::OnceLock;
 use super::GROUP;
 use crate::engine::cell::TOMBSTONE;
 use crate::engine::params::Gate;
+use crate::engine::tagged;
 
 /// Slots per bucket: 4 × 16 bytes, one cache line.
 pub(super) const SLOTS: usize = 4;
@@ -78,6 +79,24 @@ impl Slot {
     pub(super) fn live_key(&self) -> Option<u64> {
         let fp = self.key.load(Ordering::Relaxed);
         (fp != 0 && self.tat.load(Ordering::Acquire) != TOMBSTONE).then_some(fp)
+    }
+
+    /// The TAT of the live key `fp` here (its word decoded under `fp`'s mask), or `None` if
+    /// the slot is dead. The caller knows the slot holds `fp` (under the insert lock, or
+    /// re-checking the key after this load).
+    #[inline]
+    pub(super) fn tat_of(&self, fp: u64) -> Option<u64> {
+        // Acquire: see `install`.
+        let raw = self.tat.load(Ordering::Acquire);
+        (raw != TOMBSTONE).then(|| tagged::decode(raw, tagged::mask_of(fp)))
+    }
+
+    /// The TAT words of these slots with their owners' masks, for a quota change's rescale
+    /// (under the insert lock, so the keys stay put).
+    pub(super) fn words(slots: &[Slot]) -> impl Iterator<Item = (&AtomicU64, u64)> {
+        slots
+            .iter()
+            .map(|s| (&s.tat, tagged::mask_of(s.key.load(Ordering::Relaxed))))
     }
 }
 
@@ -387,12 +406,15 @@ impl Store {
     }
 }
 
-/// Writes `fp` with `tat` into the free slot `slot`. Under the insert lock.
+/// Writes `fp` with `tat` (stored under `fp`'s mask, see [`tagged`]) into the free slot
+/// `slot`. Under the insert lock.
 pub(super) fn install(slot: &Slot, fp: u64, tat: u64) {
+    let tat = tagged::encode(tat, tagged::mask_of(fp));
     if slot.tat.load(Ordering::Relaxed) == TOMBSTONE {
         // Reused: the key first, then the TAT with Release. A check that read this slot's
-        // old key and then sees the new TAT also sees the new key, so its key check fails —
-        // whether it looks before its compare-and-swap or after (`cell::step_checked`).
+        // old key and then sees the new TAT also sees the new key, so its key check fails; a
+        // check that re-checked the old key before this and swaps after expects the old
+        // key's encoding, which the new key's word is not (`tagged`).
         slot.key.store(fp, Ordering::Release);
         slot.tat.store(tat, Ordering::Release);
     } else {

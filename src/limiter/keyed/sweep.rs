@@ -2,10 +2,12 @@
 
 use crate::sync::atomic::Ordering;
 
+use super::grow::tat_words;
 use super::store::{Slot, SLOTS};
 use super::{KeyedRateLimiter, Slow, Swept};
 use crate::engine::cell::TOMBSTONE;
 use crate::engine::gcra::{self, Params};
+use crate::engine::tagged;
 
 impl<K> KeyedRateLimiter<K> {
     /// A quota change from `old` to `new` (generation `gen`, already published): rescales the
@@ -38,7 +40,7 @@ impl<K> KeyedRateLimiter<K> {
             self.spill_gate.mark(gen);
             if self.overflow.params.is_none() {
                 let word = &self.overflow.tat.0;
-                self.overflow.gate.rescale(gen, [word], old, new, now);
+                self.overflow.gate.rescale(gen, [(word, 0)], old, new, now);
             }
             // A lower τ may make keys idle earlier than the last sweep pass saw.
             slow.idle_not_before = 0;
@@ -53,10 +55,7 @@ impl<K> KeyedRateLimiter<K> {
                 continue;
             }
             let now = at(&mut slow);
-            let words = buckets
-                .iter()
-                .flat_map(|b| b.0.iter().map(|slot| &slot.tat));
-            gate.rescale(gen, words, old, new, now);
+            gate.rescale(gen, tat_words(buckets), old, new, now);
         }
     }
 
@@ -67,26 +66,28 @@ impl<K> KeyedRateLimiter<K> {
         now
     }
 
-    /// Marks `slot` dead if it is idle (TAT ≤ now). Under the insert lock.
+    /// Marks `slot` dead if it is idle (TAT ≤ now). Under the insert lock, so the slot's key
+    /// stays put and its mask decodes the word.
     pub(super) fn sweep_slot(&self, slot: &Slot, now: u64) -> Swept {
         let tat = &slot.tat;
-        let mut cur = tat.load(Ordering::Acquire);
+        let mask = tagged::mask_of(slot.key.load(Ordering::Relaxed));
+        let mut raw = tat.load(Ordering::Acquire);
         // The CAS races allows on the same word: if an allow lands first the CAS fails and the
         // key stays; if the CAS lands first the allow's CAS fails, sees the tombstone and
         // revives the key under this same lock. No update is lost either way.
-        while cur != TOMBSTONE && cur <= now {
-            match tat.compare_exchange(cur, TOMBSTONE, Ordering::AcqRel, Ordering::Acquire) {
+        while raw != TOMBSTONE && tagged::decode(raw, mask) <= now {
+            match tat.compare_exchange(raw, TOMBSTONE, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => {
                     self.len.fetch_sub(1, Ordering::Relaxed);
                     return Swept::Freed;
                 }
-                Err(actual) => cur = actual,
+                Err(actual) => raw = actual,
             }
         }
-        if cur == TOMBSTONE {
+        if raw == TOMBSTONE {
             Swept::Dead
         } else {
-            Swept::Live(cur)
+            Swept::Live(tagged::decode(raw, mask))
         }
     }
 

@@ -12,6 +12,7 @@ use crate::engine::error::InsufficientCapacity;
 use crate::engine::gcra::Params;
 use crate::engine::params::{Gate, SharedParams, Snapshot, Token};
 use crate::engine::stats::{ALLOWED, DENIED_QUOTA};
+use crate::engine::tagged;
 use crate::engine::verdict::{Allowed, Denied, DenyReason, PassReason, Verdict};
 use crate::limiter::guard::{self, Guard};
 use crate::shaping::priority;
@@ -22,7 +23,7 @@ impl<K> KeyedRateLimiter<K> {
     /// `step_bare`), the key's slot, one [`cell::steady_step`], one CAS; counted by `count`.
     /// Anything else — a new key, a byte budget, a quota change, the clamp lowering the TAT,
     /// a slot that died or changed hands under it — goes to `general`, having written
-    /// nothing (or having undone its write, see [`cell::step_checked`]).
+    /// nothing: the swap expects the key's own encoding of the TAT (see [`tagged`]).
     #[inline(always)]
     pub(super) fn step_steady(
         &self,
@@ -38,38 +39,35 @@ impl<K> KeyedRateLimiter<K> {
         let Some(slot) = self.table.find_slot(fp) else {
             return general();
         };
+        let mask = tagged::mask_of(fp);
         // Acquire (load and failed CAS): a reused slot's TAT is published with Release after
         // its new key, so a reader that sees the new TAT sees the new key below.
-        let mut cur = slot.tat.load(Ordering::Acquire);
+        let mut raw = slot.tat.load(Ordering::Acquire);
         loop {
             // `confirm` after the TAT load: the steady snapshot needs no gate, a change would
             // have moved `seq`.
-            if cur == TOMBSTONE
+            if raw == TOMBSTONE
                 || slot.key.load(Ordering::Acquire) != fp
                 || !self.params.confirm(seq)
             {
                 return general();
             }
-            match cell::steady_step(cur, now, t, tau, tau) {
+            match cell::steady_step(tagged::decode(raw, mask), now, t, tau, tau) {
                 Steady::Allow { tat: next, ahead } => {
+                    // A steady step's TAT is below 2^63: its encoding is never the tombstone,
+                    // so the plain XOR is `tagged::encode` here.
                     let cas = slot.tat.compare_exchange_weak(
-                        cur,
-                        next,
+                        raw,
+                        next ^ mask,
                         Ordering::AcqRel,
                         Ordering::Acquire,
                     );
                     match cas {
                         Ok(_) => {
-                            // Landed on another key's cell (an ABA): undone, look again.
-                            if slot.key.load(Ordering::Acquire) != fp
-                                && cell::undo(&slot.tat, next, cur)
-                            {
-                                return general();
-                            }
                             count(ALLOWED);
                             return Verdict::Allow(Allowed::requests(tau - ahead, t, ahead));
                         }
-                        Err(actual) => cur = actual,
+                        Err(actual) => raw = actual,
                     }
                 }
                 Steady::Deny { retry_after } => {
@@ -127,10 +125,10 @@ impl<K> KeyedRateLimiter<K> {
         }
         let p = Params::request(t, tau);
         let a = Attempt { now, p: &p, w: t };
-        let ours = || slot.key.load(Ordering::Acquire) == fp;
-        let valid = || ours() && self.params.unchanged(seq);
+        let valid = || slot.key.load(Ordering::Acquire) == fp && self.params.unchanged(seq);
         let fresh = || self.now();
-        let v = cell::step_checked(&slot.tat, a, tau, DenyReason::Quota, valid, ours, fresh)?;
+        let mask = tagged::mask_of(fp);
+        let v = cell::step_checked(&slot.tat, mask, a, tau, DenyReason::Quota, valid, fresh)?;
         g.observe(&self.counters, &v, Some(fp), false, || now);
         Some(v)
     }
@@ -222,16 +220,15 @@ impl<K> KeyedRateLimiter<K> {
             let fp = ask.fp;
             let valid =
                 || slot.key.load(Ordering::Acquire) == fp && token.still_valid(&self.params, gate);
-            let landed = || slot.key.load(Ordering::Acquire) == fp;
             let a = Attempt {
                 now: self.now(),
                 p: &p,
                 w,
             };
             let tol = ask.reserve.tolerance(&p);
-            let reason_q = DenyReason::Quota;
+            let (mask, reason_q) = (tagged::mask_of(fp), DenyReason::Quota);
             let fresh = || self.now();
-            if let Some(v) = cell::step_checked(&slot.tat, a, tol, reason_q, valid, landed, fresh) {
+            if let Some(v) = cell::step_checked(&slot.tat, mask, a, tol, reason_q, valid, fresh) {
                 let ceiling = |retry_after| g.ceiling_key(fp, a, reason, retry_after);
                 return cell::pass_through(v, reason, ceiling);
             }
@@ -248,11 +245,11 @@ impl<K> KeyedRateLimiter<K> {
                 || slot.key.load(Ordering::Acquire) == fp && token.still_valid(&self.params, gate);
             if let Some(v) = cell::step_checked(
                 &slot.tat,
+                tagged::mask_of(fp),
                 Attempt { now, p: &p, w },
                 ask.reserve.tolerance(&p),
                 DenyReason::Quota,
                 valid,
-                || slot.key.load(Ordering::Acquire) == fp,
                 || self.now(),
             ) {
                 return v;
@@ -292,13 +289,15 @@ impl<K> KeyedRateLimiter<K> {
             let found = match (fp, self.table.find(fp)) {
                 (1.., Some(place)) => {
                     let (p, token) = place.gate.resolve(&snap);
-                    let tat = place.slot.tat.load(Ordering::Acquire);
+                    let tat = place.slot.tat_of(fp);
                     // A word a quota change rescaled after `p` was resolved is not read under
-                    // `p`: resolve again.
-                    if !token.still_valid(&self.params, place.gate) {
+                    // `p`, nor one another key took over after the lookup: look again.
+                    if place.slot.key.load(Ordering::Acquire) != fp
+                        || !token.still_valid(&self.params, place.gate)
+                    {
                         continue;
                     }
-                    Some((tat, p))
+                    tat.map(|tat| (tat, p))
                 }
                 _ if self.spilled.load(Ordering::Relaxed) == 0 => None,
                 _ => {
@@ -310,7 +309,7 @@ impl<K> KeyedRateLimiter<K> {
             break (snap, found);
         };
         match found {
-            Some((tat, p)) if tat != TOMBSTONE => eval(tat, &p, DenyReason::Quota),
+            Some((tat, p)) => eval(tat, &p, DenyReason::Quota),
             // A new key: fresh if it would be tracked, else it would share the overflow cell.
             _ if self.len() < self.max_keys => eval(0, &snap.cur, DenyReason::Quota),
             _ => {
