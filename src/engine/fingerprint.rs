@@ -38,6 +38,17 @@ impl Fingerprinter {
         h.finish()
     }
 
+    /// [`fingerprint`](Self::fingerprint) of a `str` (or a `String`), in one SipHash pass:
+    /// `str` hashes as its bytes and then `0xff`, which [`KeyHasher`] writes as a `u64`.
+    #[cfg_attr(not(feature = "tower"), allow(dead_code))] // reason: the gateway layer's
+    #[inline]
+    pub(crate) fn fingerprint_str(&self, key: &str) -> u64 {
+        let mut sip = self.sip.build_hasher();
+        sip.write(key.as_bytes());
+        sip.write_u64(0xff);
+        sip.finish()
+    }
+
     /// A seeded bijection on u64 (the splitmix64 finalizer around seeded xor and multiply:
     /// every step is invertible).
     #[cfg(not(loom))]
@@ -141,6 +152,14 @@ mod tests {
         }
         assert_ne!(f.fingerprint("a"), f.fingerprint("b"));
         assert_eq!(f.fingerprint("abc"), f.fingerprint(&String::from("abc")));
+        for s in [
+            "",
+            "a",
+            "key-17",
+            "a much longer key than a single sip block holds",
+        ] {
+            assert_eq!(f.fingerprint_str(s), f.fingerprint(s), "{s:?}");
+        }
     }
 
     #[test]

@@ -68,6 +68,23 @@ impl Fields {
         Self { slots }
     }
 
+    /// `RateLimit-Policy` and `RateLimit` with these values (the lean path's, see
+    /// `lean.rs`).
+    pub(crate) fn ietf(policy: Option<HeaderValue>, limit: Option<HeaderValue>) -> Self {
+        Self {
+            slots: [
+                policy.map(|v| (&RATELIMIT_POLICY, v)),
+                limit.map(|v| (&RATELIMIT, v)),
+                None,
+            ],
+        }
+    }
+
+    /// `true` if there is no field to add.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.slots.iter().all(Option::is_none)
+    }
+
     /// `true` if `headers` already has one of these fields (a hook set its own).
     pub(crate) fn any_present(&self, headers: &HeaderMap) -> bool {
         self.slots
@@ -91,7 +108,7 @@ impl Fields {
 pub(crate) struct PolicyCache(RwLock<Option<(Arc<str>, Quota, HeaderValue)>>);
 
 impl PolicyCache {
-    fn field(&self, all: &[Figures]) -> Option<HeaderValue> {
+    pub(crate) fn field(&self, all: &[Figures]) -> Option<HeaderValue> {
         let [one] = all else { return policy_field(all) };
         let quota = one.quota?;
         if let Some((name, q, value)) = &*self.0.read() {
@@ -213,6 +230,25 @@ pub(crate) fn policy_field(all: &[Figures]) -> Option<HeaderValue> {
                 push_u64(out, q.burst());
             }
         }
+    })
+}
+
+/// The start of every `RateLimit` value of the policy `name`: its structured string and
+/// `;r=` (see [`limit_value`]).
+pub(crate) fn limit_prefix(name: &str) -> Vec<u8> {
+    let mut out = Vec::new();
+    sf_string(name, &mut out);
+    out.extend_from_slice(b";r=");
+    out
+}
+
+/// `RateLimit` for one limit whose [`limit_prefix`] is `prefix`: what [`limit_field`] writes.
+pub(crate) fn limit_value(prefix: &[u8], remaining: u64, reset_secs: u64) -> Option<HeaderValue> {
+    with_scratch(|out| {
+        out.extend_from_slice(prefix);
+        push_u64(out, remaining);
+        out.extend_from_slice(b";t=");
+        push_u64(out, reset_secs);
     })
 }
 

@@ -159,7 +159,7 @@ impl HeaderKey {
 impl KeyExtractor for HeaderKey {
     fn extract(&self, parts: &Parts) -> Result<String, KeyError> {
         let what = || format!("header {}", self.name);
-        let value = single_header(parts, &self.name, what)?
+        let value = single_header(&parts.headers, &self.name, what)?
             .ok_or_else(|| KeyError::Missing { what: what() })?;
         let bytes = value.as_bytes();
         if bytes.is_empty() {
@@ -176,13 +176,33 @@ impl KeyExtractor for HeaderKey {
     }
 }
 
+impl HeaderKey {
+    /// The key [`extract`](KeyExtractor::extract) would return, borrowed from `headers`, or
+    /// `None` where it would not return one (an error, or a value to check again the long
+    /// way). For the layer's lean path, which then takes the general one.
+    #[inline]
+    pub(crate) fn borrowed<'a>(&self, headers: &'a http::HeaderMap) -> Option<&'a str> {
+        let mut values = headers.get_all(&self.name).iter();
+        let (value, None) = (values.next()?, values.next()) else {
+            return None;
+        };
+        // `to_str` admits visible ASCII, space and tab (and is then valid UTF-8 with no
+        // second pass); the key takes visible ASCII only.
+        let key = value.to_str().ok()?;
+        let ok = !key.is_empty()
+            && key.len() <= self.max_len
+            && key.bytes().all(|b| b.is_ascii_graphic());
+        ok.then_some(key)
+    }
+}
+
 /// The value of a header that must appear at most once.
 pub(crate) fn single_header<'a>(
-    parts: &'a Parts,
+    headers: &'a http::HeaderMap,
     name: &HeaderName,
     what: impl Fn() -> String,
 ) -> Result<Option<&'a http::HeaderValue>, KeyError> {
-    let mut values = parts.headers.get_all(name).iter();
+    let mut values = headers.get_all(name).iter();
     let first = values.next();
     if values.next().is_some() {
         return Err(malformed(what(), "given more than once"));

@@ -12,6 +12,7 @@ use http::Response;
 use tower_layer::Layer;
 
 use super::key::{GlobalKey, KeyExtractor, OnMissingKey};
+use super::lean::{Lean, LeanKey, LeanLimit};
 use super::queue::{Queue, Waiters};
 use super::request::{AttemptHeader, Classifier, Cost, TierFrom};
 use super::response::{HeaderMode, Rejection};
@@ -113,6 +114,8 @@ pub(crate) struct Shared {
     pub(crate) classify: bool,
     /// Whether every limit answers at once (the decision is then made inside `call`).
     pub(crate) answers_now: bool,
+    /// The lean path, for the common setup it covers (see `lean.rs`).
+    pub(crate) lean: Option<Lean>,
     pub(crate) policy_cache: super::response::PolicyCache,
     pub(crate) counters: Counters,
 }
@@ -220,6 +223,7 @@ impl fmt::Debug for RateLimitLayer {
             .field("classifier", &s.classifier)
             .field("headers", &s.headers)
             .field("cost", &s.cost)
+            .field("lean", &s.lean.is_some())
             .field("queue", &s.queue.as_ref().map(|w| &w.config))
             .field("stats", &self.stats())
             .finish_non_exhaustive()
@@ -242,6 +246,10 @@ pub enum LayerError {
 #[derive(Default)]
 pub struct RateLimitLayerBuilder {
     key: Option<Arc<dyn KeyExtractor>>,
+    /// The key's lean form (see `lean.rs`); `None` with a key set means it has none.
+    lean_key: Option<LeanKey>,
+    /// Each limit's lean form, beside `limits`.
+    lean_limits: Vec<Option<LeanLimit>>,
     on_missing: OnMissingKey,
     limits: Vec<Entry>,
     classifier: Classifier,
@@ -257,6 +265,7 @@ pub struct RateLimitLayerBuilder {
 impl RateLimitLayerBuilder {
     /// How the key is read (default [`GlobalKey`]: one key for every request).
     pub fn key(mut self, key: impl KeyExtractor) -> Self {
+        self.lean_key = LeanKey::of(&key);
         self.key = Some(Arc::new(key));
         self
     }
@@ -274,10 +283,12 @@ impl RateLimitLayerBuilder {
     /// reloads or stats), or any [`PolicySource`]. `name` is the policy name in the headers
     /// when the source names none (a `LimitsHandle` names the document's policy).
     pub fn limit(mut self, name: &str, source: impl PolicySource) -> Self {
+        let (source, lean) = LeanLimit::split(source);
         self.limits.push(Entry {
             name: Arc::from(name),
-            source: Arc::new(source),
+            source,
         });
+        self.lean_limits.push(lean);
         self
     }
 
@@ -380,13 +391,30 @@ impl RateLimitLayerBuilder {
         }
         let classify = self.limits.iter().any(|e| e.source.reads_route());
         let answers_now = self.limits.iter().all(|e| e.source.answers_now());
+        let attempts = self.attempts.unwrap_or_else(AttemptHeader::defaults);
+        let leans: Vec<_> = (self.limits.iter())
+            .zip(self.lean_limits)
+            .map(|(e, l)| (Arc::clone(&e.name), l))
+            .collect();
+        let lean_key = match self.key {
+            None => Some(LeanKey::Global),
+            Some(_) => self.lean_key,
+        };
+        let lean = Lean::new(
+            lean_key,
+            &leans,
+            &self.classifier.tier,
+            self.cost,
+            self.queue.is_some(),
+            &attempts,
+        );
         let shared = Shared {
             key: self.key.unwrap_or_else(|| Arc::new(GlobalKey)),
             on_missing: self.on_missing,
             limits: self.limits,
             classifier: self.classifier,
             headers: self.headers,
-            attempts: self.attempts.unwrap_or_else(AttemptHeader::defaults),
+            attempts,
             cost: self.cost,
             queue: self.queue.map(|q| Arc::new(Waiters::new(q))),
             queue_if: self.queue_if,
@@ -394,6 +422,7 @@ impl RateLimitLayerBuilder {
             success: self.success,
             classify,
             answers_now,
+            lean,
             policy_cache: Default::default(),
             counters: Counters::default(),
         };

@@ -44,6 +44,7 @@ mod fields;
 mod judge;
 mod key;
 mod layer;
+mod lean;
 mod queue;
 mod reject;
 mod request;

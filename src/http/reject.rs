@@ -63,7 +63,7 @@ pub(crate) fn prepare(
             return Err((tier, r));
         }
     };
-    let attempt = match super::request::attempt(parts, &shared.attempts) {
+    let attempt = match super::request::attempt(&parts.headers, &shared.attempts) {
         Ok(a) => a,
         Err(e) => return Err((tier, malformed(e))),
     };

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use http::header::{HeaderName, CONTENT_LENGTH};
 use http::request::Parts;
+use http::HeaderMap;
 
 use super::key::single_header;
 
@@ -68,7 +69,8 @@ impl Classifier {
             TierFrom::Fn(f) => Ok(f(parts)),
             TierFrom::Header(name) => {
                 let what = || format!("header {name}");
-                let v = single_header(parts, name, what).map_err(|e| BadHeader(e.to_string()))?;
+                let v = single_header(&parts.headers, name, what)
+                    .map_err(|e| BadHeader(e.to_string()))?;
                 let Some(v) = v else { return Ok(String::new()) };
                 let b = v.as_bytes();
                 if b.len() > MAX_TIER_BYTES || !b.iter().all(u8::is_ascii_graphic) {
@@ -106,7 +108,7 @@ fn first_segment(path: &str) -> &str {
 /// A header carrying the attempt number, and the number it has on an original request.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AttemptHeader {
-    name: HeaderName,
+    pub(crate) name: HeaderName,
     first: u32,
 }
 
@@ -137,9 +139,9 @@ impl AttemptHeader {
 }
 
 /// A decimal header value: digits only, at most 20 of them, saturating at `u64::MAX`.
-fn decimal(parts: &Parts, name: &HeaderName) -> Result<Option<u64>, BadHeader> {
+fn decimal(headers: &HeaderMap, name: &HeaderName) -> Result<Option<u64>, BadHeader> {
     let what = || format!("header {name}");
-    let v = single_header(parts, name, what).map_err(|e| BadHeader(e.to_string()))?;
+    let v = single_header(headers, name, what).map_err(|e| BadHeader(e.to_string()))?;
     let Some(v) = v else { return Ok(None) };
     let b = v.as_bytes();
     if b.is_empty() || b.len() > MAX_DIGITS || !b.iter().all(u8::is_ascii_digit) {
@@ -154,7 +156,7 @@ fn decimal(parts: &Parts, name: &HeaderName) -> Result<Option<u64>, BadHeader> {
 /// The attempt number from the first present header of `headers`: 0 when none is present;
 /// malformed (not digits, repeated, over 20 digits) is an error, answered 400. Counts past
 /// `u32::MAX` saturate.
-pub(crate) fn attempt(parts: &Parts, headers: &[AttemptHeader]) -> Result<u32, BadHeader> {
+pub(crate) fn attempt(parts: &HeaderMap, headers: &[AttemptHeader]) -> Result<u32, BadHeader> {
     // One pass over the request's few headers rather than a hashed lookup per configured
     // name: a request usually carries none of them.
     const MAX_TRACKED: usize = 8;
@@ -162,7 +164,7 @@ pub(crate) fn attempt(parts: &Parts, headers: &[AttemptHeader]) -> Result<u32, B
         return attempt_by_lookup(parts, headers);
     }
     let mut seen = [0u8; MAX_TRACKED];
-    for (name, _) in parts.headers.iter() {
+    for (name, _) in parts.iter() {
         if let Some(i) = headers.iter().position(|h| h.name == *name) {
             seen[i] = seen[i].saturating_add(1);
         }
@@ -173,7 +175,7 @@ pub(crate) fn attempt(parts: &Parts, headers: &[AttemptHeader]) -> Result<u32, B
     }
 }
 
-fn attempt_by_lookup(parts: &Parts, headers: &[AttemptHeader]) -> Result<u32, BadHeader> {
+fn attempt_by_lookup(parts: &HeaderMap, headers: &[AttemptHeader]) -> Result<u32, BadHeader> {
     for h in headers {
         if let Some(n) = decimal(parts, &h.name)? {
             let n = u32::try_from(n).unwrap_or(u32::MAX);
@@ -204,7 +206,7 @@ impl Cost {
     pub(crate) fn of(&self, parts: &Parts) -> Result<u64, BadHeader> {
         match *self {
             Cost::One => Ok(1),
-            Cost::ContentLength { unknown_length } => Ok(decimal(parts, &CONTENT_LENGTH)?
+            Cost::ContentLength { unknown_length } => Ok(decimal(&parts.headers, &CONTENT_LENGTH)?
                 .unwrap_or(unknown_length)
                 .max(1)),
         }
@@ -226,21 +228,21 @@ mod tests {
     #[test]
     fn attempts_from_the_first_present_header() {
         let d = AttemptHeader::defaults();
-        assert_eq!(attempt(&parts(&[]), &d), Ok(0));
+        assert_eq!(attempt(&parts(&[]).headers, &d), Ok(0));
         assert_eq!(
-            attempt(&parts(&[("x-envoy-attempt-count", b"1")]), &d),
+            attempt(&parts(&[("x-envoy-attempt-count", b"1")]).headers, &d),
             Ok(0)
         );
         assert_eq!(
-            attempt(&parts(&[("x-envoy-attempt-count", b"3")]), &d),
+            attempt(&parts(&[("x-envoy-attempt-count", b"3")]).headers, &d),
             Ok(2)
         );
         assert_eq!(
-            attempt(&parts(&[("grpc-previous-rpc-attempts", b"2")]), &d),
+            attempt(&parts(&[("grpc-previous-rpc-attempts", b"2")]).headers, &d),
             Ok(2)
         );
         let huge = parts(&[("tollgate-attempt", b"99999999999999999999")]);
-        assert_eq!(attempt(&huge, &d), Ok(u32::MAX));
+        assert_eq!(attempt(&huge.headers, &d), Ok(u32::MAX));
         for bad in [
             &b"-1"[..],
             b"1.5",
@@ -250,12 +252,12 @@ mod tests {
             b"\xff",
         ] {
             assert!(
-                attempt(&parts(&[("tollgate-attempt", bad)]), &d).is_err(),
+                attempt(&parts(&[("tollgate-attempt", bad)]).headers, &d).is_err(),
                 "{bad:?}"
             );
         }
         let twice = parts(&[("tollgate-attempt", b"1"), ("tollgate-attempt", b"1")]);
-        assert!(attempt(&twice, &d).is_err());
+        assert!(attempt(&twice.headers, &d).is_err());
     }
 
     #[test]

@@ -18,9 +18,11 @@ use tower_service::Service;
 
 use super::judge::{judge, wait, Figs, Outcome};
 use super::layer::{Counters, LayerStats, Shared};
+use super::lean::{Decided, Lean};
 use super::reject::{prepare, reject, rejected};
-use super::response::{Fields, PassedThrough, RateLimitBody};
+use super::response::{Fields, HeaderMode, PassedThrough, RateLimitBody};
 use super::source::Subject;
+use crate::engine::verdict::{Allowed, Verdict};
 use crate::safety::slo::SuccessRate;
 
 /// The service made by [`RateLimitLayer`](super::RateLimitLayer): see there for what it
@@ -74,8 +76,8 @@ pin_project_lite::pin_project! {
 pin_project_lite::pin_project! {
     #[project = KindProj]
     enum Kind<F, RB, E> {
-        Inner { #[pin] fut: F, extra: Option<Extra> },
-        Ready { res: Option<Response<RateLimitBody<RB>>> },
+        Inner { #[pin] fut: F, extra: Option<Box<Extra>> },
+        Ready { res: Option<Box<Response<RateLimitBody<RB>>>> },
         Boxed { fut: BoxedResponse<RB, E> },
     }
 }
@@ -96,7 +98,9 @@ impl<F, RB, E> fmt::Debug for ResponseFuture<F, RB, E> {
 impl<F, RB, E> ResponseFuture<F, RB, E> {
     fn ready(res: Response<RateLimitBody<RB>>) -> Self {
         Self {
-            kind: Kind::Ready { res: Some(res) },
+            kind: Kind::Ready {
+                res: Some(Box::new(res)),
+            },
         }
     }
 
@@ -123,13 +127,14 @@ where
                 Poll::Ready(Ok(res.map(RateLimitBody::inner)))
             }
             // Polled again after completing: a caller's mistake; never completes again.
-            KindProj::Ready { res } => res.take().map_or(Poll::Pending, |r| Poll::Ready(Ok(r))),
+            KindProj::Ready { res } => res.take().map_or(Poll::Pending, |r| Poll::Ready(Ok(*r))),
             KindProj::Boxed { fut } => fut.as_mut().poll(cx),
         }
     }
 }
 
 /// What an allowed response gets once the inner service answers.
+#[derive(Default)]
 struct Extra {
     fields: Fields,
     passed: Option<PassedThrough>,
@@ -137,6 +142,14 @@ struct Extra {
 }
 
 impl Extra {
+    /// What the response future carries: nothing when there is nothing to add (no fields,
+    /// no pass-through, no success-rate feed), else the extra on the heap, so that the
+    /// future stays small (it is moved by value several times on its way out).
+    fn boxed(self) -> Option<Box<Extra>> {
+        let empty = self.fields.is_empty() && self.passed.is_none() && self.slo.is_none();
+        (!empty).then(|| Box::new(self))
+    }
+
     fn apply<RB>(self, res: &mut Response<RB>) {
         self.fields.insert_into(res.headers_mut());
         if let Some(p) = self.passed {
@@ -165,9 +178,59 @@ where
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
+        if let Some(lean) = &self.shared.lean {
+            if let Decided::Verdict { key, verdict } = lean.decide(req.headers()) {
+                let shared = &*self.shared;
+                let (extra, denied) = match verdict {
+                    Verdict::Allow(a) => {
+                        Counters::bump(&shared.counters.allowed);
+                        let extra = match (shared.headers, &shared.success) {
+                            // Nothing to add: no extra at all.
+                            (HeaderMode::Off, None) => None,
+                            _ => lean_extra(shared, lean, &a),
+                        };
+                        let fut = self.inner.call(req);
+                        return ResponseFuture {
+                            kind: Kind::Inner { fut, extra },
+                        };
+                    }
+                    Verdict::PassThrough(p) => {
+                        let passed = PassedThrough {
+                            policy: Arc::clone(lean.name()),
+                            reason: Some(p.reason()),
+                        };
+                        (allowed(shared, &Figs::None, Some(passed), ""), None)
+                    }
+                    Verdict::Deny(d) => {
+                        let figures = Figs::One(lean.figures(0, d.retry_after_secs()));
+                        let outcome = Outcome::Denied {
+                            figures,
+                            denying: 0,
+                            denied: d,
+                            queue_full: false,
+                        };
+                        (
+                            Extra::default(),
+                            Some((Subject::new(key, "", "", ""), outcome)),
+                        )
+                    }
+                };
+                if let Some((subject, outcome)) = denied {
+                    let grpc = is_grpc(req.headers());
+                    return ResponseFuture::ready(rejected(shared, &subject, outcome, grpc));
+                }
+                let fut = self.inner.call(req);
+                return ResponseFuture {
+                    kind: Kind::Inner {
+                        fut,
+                        extra: extra.boxed(),
+                    },
+                };
+            }
+        }
         let shared = Arc::clone(&self.shared);
         let (parts, body) = req.into_parts();
-        let grpc = is_grpc(&parts);
+        let grpc = is_grpc(&parts.headers);
         let (subject, check) = match prepare(&shared, &parts, grpc) {
             Ok(p) => p,
             Err((tier, rejection)) => {
@@ -201,12 +264,12 @@ where
             if !(outcome.is_denied() && queue_applies(&shared, &parts)) {
                 return match outcome {
                     Outcome::Allowed { figures, passed } => {
-                        let extra = allowed(&shared, &figures, passed, &subject);
+                        let extra = allowed(&shared, &figures, passed, subject.tier());
                         let fut = self.inner.call(Request::from_parts(parts, body));
                         ResponseFuture {
                             kind: Kind::Inner {
                                 fut,
-                                extra: Some(extra),
+                                extra: extra.boxed(),
                             },
                         }
                     }
@@ -254,7 +317,7 @@ where
 {
     match outcome {
         Outcome::Allowed { figures, passed } => {
-            let extra = allowed(shared, &figures, passed, &subject);
+            let extra = allowed(shared, &figures, passed, subject.tier());
             let mut res = inner.call(Request::from_parts(parts, body)).await?;
             extra.apply(&mut res);
             Ok(res.map(RateLimitBody::inner))
@@ -263,13 +326,21 @@ where
     }
 }
 
+/// What the lean path's allowance `a` adds to the response (see `lean.rs`): what
+/// [`allowed`] makes of the one limit's figures, counted by the caller.
+fn lean_extra(shared: &Shared, lean: &Lean, a: &Allowed) -> Option<Box<Extra>> {
+    let fields = lean.fields(shared.headers, a, &shared.policy_cache);
+    let slo = (shared.success.as_ref()).map(|s| (Arc::clone(s), String::new()));
+    Extra {
+        fields,
+        passed: None,
+        slo,
+    }
+    .boxed()
+}
+
 /// Counts an allowed request and prepares what its response gets.
-fn allowed(
-    shared: &Shared,
-    figures: &Figs,
-    passed: Option<PassedThrough>,
-    subject: &Subject,
-) -> Extra {
+fn allowed(shared: &Shared, figures: &Figs, passed: Option<PassedThrough>, tier: &str) -> Extra {
     Counters::bump(&shared.counters.allowed);
     let all = figures.as_slice();
     let fields = match all.iter().min_by_key(|f| f.remaining) {
@@ -286,10 +357,7 @@ fn allowed(
     if passed.is_some() {
         Counters::bump(&shared.counters.passed_through);
     }
-    let slo = shared
-        .success
-        .as_ref()
-        .map(|s| (Arc::clone(s), subject.tier().to_owned()));
+    let slo = (shared.success.as_ref()).map(|s| (Arc::clone(s), tier.to_owned()));
     Extra {
         fields,
         passed,
@@ -297,9 +365,8 @@ fn allowed(
     }
 }
 
-fn is_grpc(parts: &Parts) -> bool {
-    parts
-        .headers
+fn is_grpc(headers: &http::HeaderMap) -> bool {
+    headers
         .get(CONTENT_TYPE)
         .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
 }

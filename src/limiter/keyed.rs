@@ -410,7 +410,12 @@ impl<K: Hash> KeyedRateLimiter<K> {
         K: Borrow<Q>,
         Q: Hash + ?Sized,
     {
-        let fp = self.fingerprinter.fingerprint(key);
+        self.check_fp_one(self.fingerprinter.fingerprint(key))
+    }
+
+    /// [`check_key`](Self::check_key) of the key with fingerprint `fp`.
+    #[inline]
+    fn check_fp_one(&self, fp: u64) -> Verdict {
         let general = || self.check_fp_general(fp);
         match &self.hot {
             Hot::Bare(clock) => {
@@ -482,6 +487,16 @@ impl<K: Hash> KeyedRateLimiter<K> {
         Q: Hash + ?Sized,
     {
         self.peek_fp(self.fingerprinter.fingerprint(key), 1, |p| p.tau)
+    }
+}
+
+impl KeyedRateLimiter<String> {
+    /// [`check_key`](Self::check_key) of a `str` key, fingerprinted in one SipHash pass (the
+    /// gateway layer's lean path).
+    #[cfg(feature = "tower")]
+    #[inline]
+    pub(crate) fn check_str(&self, key: &str) -> Verdict {
+        self.check_fp_one(self.fingerprinter.fingerprint_str(key))
     }
 }
 
