@@ -21,6 +21,8 @@
 //!   `KeyedRateLimiter<String>`, as the README's gateway section builds it (IETF
 //!   `RateLimit-Policy` and `RateLimit` fields on allowed responses: the default);
 //! * `tollgate-off`: the same with `HeaderMode::Off`;
+//! * `tollgate-own-fields`, `tollgate-own-off`: the same two with `own_body()` (responses keep
+//!   axum's own `Body`);
 //! * `governor-keyed`: tower_governor 0.8's `GovernorLayer` keyed by `x-api-key` (a
 //!   `KeyExtractor` reading the header into a `String`), its default configuration (no
 //!   headers on allowed responses);
@@ -55,6 +57,8 @@ const VARIANTS: &[&str] = &[
     "noop",
     "tollgate-fields",
     "tollgate-off",
+    "tollgate-own-fields",
+    "tollgate-own-off",
     "governor-keyed",
     "governor-headers",
 ];
@@ -108,6 +112,8 @@ fn app(variant: &str) -> Option<Router> {
         "noop" => router.layer(tower::util::MapRequestLayer::new(|r: Request<Body>| r)),
         "tollgate-fields" => router.layer(tollgate(HeaderMode::Ietf)),
         "tollgate-off" => router.layer(tollgate(HeaderMode::Off)),
+        "tollgate-own-fields" => router.layer(tollgate(HeaderMode::Ietf).own_body()),
+        "tollgate-own-off" => router.layer(tollgate(HeaderMode::Off).own_body()),
         "governor-keyed" => router.layer(GovernorLayer::new(governor().finish().expect("config"))),
         "governor-headers" => router.layer(GovernorLayer::new(
             governor().use_headers().finish().expect("config"),

@@ -67,7 +67,7 @@ pub fn app(handle: Arc<LimitsHandle>) -> Result<(Router, RateLimitLayer), LayerE
         .build()?;
     let router = Router::new()
         .fallback(|| async { "ok" })
-        .layer(layer.clone())
+        .layer(layer.clone().own_body())
         .layer(axum::middleware::map_response(mark_pass_through));
     Ok((router, layer))
 }

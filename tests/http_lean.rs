@@ -5,7 +5,8 @@
 //! pass-throughs and the success-rate feed, in every header mode. Each case runs one request
 //! sequence through a layer that takes the lean path and through a twin that cannot (its
 //! extractor is a closure around the same `HeaderKey`), each with its own limiter on one
-//! shared `ManualClock`. Nothing sleeps.
+//! shared `ManualClock`; and the lean layer again with `own_body()` (responses keep the inner
+//! service's body type), against the same wrapped twin. Nothing sleeps.
 #![cfg(all(feature = "tower", not(loom)))]
 
 use std::convert::Infallible;
@@ -15,8 +16,11 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::request::Parts;
 use http::{HeaderName, Request, Response, StatusCode};
+use http_body::Body;
 use http_body_util::{BodyExt, Empty, Full};
-use tollgate::http::{HeaderKey, HeaderMode, KeyExtractor, PassedThrough, RateLimitLayer};
+use tollgate::http::{
+    BodyMode, HeaderKey, HeaderMode, KeyExtractor, PassedThrough, RateLimitLayer,
+};
 use tollgate::{
     FaultDetector, KeyedRateLimiter, ManualClock, PassReason, RateLimiter, SuccessRate,
 };
@@ -42,7 +46,12 @@ struct Seen {
     passed: Option<(String, Option<PassReason>)>,
 }
 
-async fn see(layer: &RateLimitLayer, req: Request<Empty<Bytes>>) -> Seen {
+async fn see<M>(layer: &RateLimitLayer<M>, req: Request<Empty<Bytes>>) -> Seen
+where
+    M: BodyMode<Full<Bytes>>,
+    M::Body: Body<Data = Bytes>,
+    <M::Body as Body>::Error: std::fmt::Debug,
+{
     let res = layer
         .layer(tower::service_fn(inner))
         .oneshot(req)
@@ -118,7 +127,12 @@ fn build(r: &[(&'static str, String)], path: &str) -> Request<Empty<Bytes>> {
 
 /// Runs the requests through both layers, three rounds with the clock moving between them,
 /// and compares everything seen.
-async fn same(lean: &RateLimitLayer, general: &RateLimitLayer, clock: &ManualClock) {
+async fn same<M>(lean: &RateLimitLayer<M>, general: &RateLimitLayer, clock: &ManualClock)
+where
+    M: BodyMode<Full<Bytes>>,
+    M::Body: Body<Data = Bytes>,
+    <M::Body as Body>::Error: std::fmt::Debug,
+{
     assert!(format!("{lean:?}").contains("lean: true"), "{lean:?}");
     assert!(
         format!("{general:?}").contains("lean: false"),
@@ -161,6 +175,8 @@ async fn a_keyed_limit_answers_as_the_general_path_in_every_header_mode() {
             .build()
             .expect("a valid layer"); // test
         same(&lean, &general, &clock).await;
+        // The same through services that keep the inner service's body type.
+        same(&lean.clone().own_body(), &general, &clock).await;
         assert_eq!(a.len(), b.len(), "{mode:?}");
         assert_eq!(a.stats(), b.stats(), "{mode:?}");
     }

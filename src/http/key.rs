@@ -177,21 +177,19 @@ impl KeyExtractor for HeaderKey {
 }
 
 impl HeaderKey {
-    /// The key [`extract`](KeyExtractor::extract) would return, borrowed from `headers`, or
-    /// `None` where it would not return one (an error, or a value to check again the long
-    /// way). For the layer's lean path, which then takes the general one.
+    /// The bytes of the key [`extract`](KeyExtractor::extract) would return (visible ASCII,
+    /// so the key's UTF-8), borrowed from `headers`, or `None` where it would not return one
+    /// (an error, or a value to check again the long way). For the layer's lean path, which
+    /// then takes the general one.
     #[inline]
-    pub(crate) fn borrowed<'a>(&self, headers: &'a http::HeaderMap) -> Option<&'a str> {
+    pub(crate) fn borrowed<'a>(&self, headers: &'a http::HeaderMap) -> Option<&'a [u8]> {
         let mut values = headers.get_all(&self.name).iter();
         let (value, None) = (values.next()?, values.next()) else {
             return None;
         };
-        // `to_str` admits visible ASCII, space and tab (and is then valid UTF-8 with no
-        // second pass); the key takes visible ASCII only.
-        let key = value.to_str().ok()?;
-        let ok = !key.is_empty()
-            && key.len() <= self.max_len
-            && key.bytes().all(|b| b.is_ascii_graphic());
+        let key = value.as_bytes();
+        let ok =
+            !key.is_empty() && key.len() <= self.max_len && key.iter().all(u8::is_ascii_graphic);
         ok.then_some(key)
     }
 }

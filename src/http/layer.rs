@@ -3,6 +3,7 @@
 
 use crate::sync::atomic::{AtomicU64, Ordering};
 use core::fmt;
+use core::marker::PhantomData;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -11,6 +12,7 @@ use http::request::Parts;
 use http::Response;
 use tower_layer::Layer;
 
+use super::body::{OwnBody, WrappedBody};
 use super::key::{GlobalKey, KeyExtractor, OnMissingKey};
 use super::lean::{Lean, LeanKey, LeanLimit};
 use super::queue::{Queue, Waiters};
@@ -180,9 +182,27 @@ pub(crate) struct Shared {
 /// goes on to the caller. Callbacks that run before any limit is asked (the key extractor,
 /// the tier, category and route functions, the queue predicate) or after the refunds (the
 /// [`on_reject`](RateLimitLayerBuilder::on_reject) hook) have nothing to give back.
-#[derive(Clone)]
-pub struct RateLimitLayer {
+///
+/// # Response bodies
+///
+/// By default a response's body is a [`RateLimitBody`](super::RateLimitBody), which holds the
+/// inner service's body or the layer's own ([`WrappedBody`]): it works with any body. Where
+/// the inner service's body can be built from bytes (axum's `Body`, `Full<Bytes>`),
+/// [`own_body`](Self::own_body) keeps the inner service's response type as it is
+/// ([`OwnBody`](super::OwnBody)): nothing to unwrap, and under axum one allocation less per
+/// request.
+pub struct RateLimitLayer<M = WrappedBody> {
     shared: Arc<Shared>,
+    mode: PhantomData<fn() -> M>,
+}
+
+impl<M> Clone for RateLimitLayer<M> {
+    fn clone(&self) -> Self {
+        Self {
+            shared: Arc::clone(&self.shared),
+            mode: PhantomData,
+        }
+    }
 }
 
 impl RateLimitLayer {
@@ -191,6 +211,18 @@ impl RateLimitLayer {
         RateLimitLayerBuilder::default()
     }
 
+    /// The same layer (the same state: limiters, queue and counters), with services whose
+    /// responses keep the inner service's body type ([`OwnBody`](super::OwnBody)), for inner
+    /// services whose body can be built from bytes.
+    pub fn own_body(self) -> RateLimitLayer<OwnBody> {
+        RateLimitLayer {
+            shared: self.shared,
+            mode: PhantomData,
+        }
+    }
+}
+
+impl<M> RateLimitLayer<M> {
     /// The counters, shared by every clone and service of this layer.
     pub fn stats(&self) -> LayerStats {
         self.shared.counters.snapshot()
@@ -205,15 +237,15 @@ impl RateLimitLayer {
     }
 }
 
-impl<S> Layer<S> for RateLimitLayer {
-    type Service = RateLimit<S>;
+impl<S, M> Layer<S> for RateLimitLayer<M> {
+    type Service = RateLimit<S, M>;
 
-    fn layer(&self, inner: S) -> RateLimit<S> {
+    fn layer(&self, inner: S) -> RateLimit<S, M> {
         RateLimit::new(inner, Arc::clone(&self.shared))
     }
 }
 
-impl fmt::Debug for RateLimitLayer {
+impl<M> fmt::Debug for RateLimitLayer<M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let s = &self.shared;
         let names: Vec<&str> = s.limits.iter().map(|e| &*e.name).collect();
@@ -428,6 +460,7 @@ impl RateLimitLayerBuilder {
         };
         Ok(RateLimitLayer {
             shared: Arc::new(shared),
+            mode: PhantomData,
         })
     }
 }

@@ -89,6 +89,9 @@ pub(crate) struct Lean {
     name: Arc<str>,
     /// The attempt headers, looked for (not parsed) on every request.
     attempts: Vec<AttemptHeader>,
+    /// Bit `n` set if an attempt header's name has `n` bytes (`n` < 63; bit 63 for every
+    /// longer name): most request headers are passed over on their length alone.
+    attempt_lens: u64,
     /// The start of the `RateLimit` value: the name as a structured string, then `;r=`.
     limit_prefix: Vec<u8>,
     /// `RateLimit-Policy` for the quota the limit had when the layer was built; a quota
@@ -100,8 +103,8 @@ pub(crate) struct Lean {
 pub(crate) enum Decided<'a> {
     /// Not decided, nothing charged: take the general path.
     General,
-    /// The limit's verdict for the key (borrowed from the request).
-    Verdict { key: &'a str, verdict: Verdict },
+    /// The limit's verdict for the key (borrowed from the request: visible ASCII).
+    Verdict { key: &'a [u8], verdict: Verdict },
 }
 
 impl Lean {
@@ -134,6 +137,7 @@ impl Lean {
             limit: limit.clone(),
             name: Arc::clone(name),
             attempts: attempts.to_vec(),
+            attempt_lens: (attempts.iter()).fold(0, |m, a| m | len_bit(a.name.as_str().len())),
             limit_prefix: fields::limit_prefix(name),
             policy: (quota, fields::policy_field(core::slice::from_ref(&figures))),
         })
@@ -147,14 +151,14 @@ impl Lean {
                 Some(k) => k,
                 None => return Decided::General,
             },
-            LeanKey::Global => "global",
+            LeanKey::Global => b"global",
         };
         // An attempt header is parsed (and may be malformed) the general way.
         if self.attempted(headers) {
             return Decided::General;
         }
         let verdict = match &self.limit {
-            LeanLimit::Keyed(k) => k.check_str(key),
+            LeanLimit::Keyed(k) => k.check_utf8(key),
             LeanLimit::Direct(d) => RateLimiter::check(d),
         };
         Decided::Verdict { key, verdict }
@@ -167,7 +171,10 @@ impl Lean {
             [] => false,
             // A request usually carries a few headers and none of these: one pass over them
             // rather than a hashed lookup per name.
-            names => headers.keys().any(|k| names.iter().any(|a| a.name == *k)),
+            names => headers.keys().any(|k| {
+                self.attempt_lens & len_bit(k.as_str().len()) != 0
+                    && names.iter().any(|a| a.name == *k)
+            }),
         }
     }
 
@@ -215,4 +222,10 @@ impl Lean {
             }
         }
     }
+}
+
+/// The bit of a header name's length in [`Lean::attempt_lens`].
+#[inline]
+fn len_bit(len: usize) -> u64 {
+    1 << len.min(63)
 }

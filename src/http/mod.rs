@@ -40,6 +40,7 @@
 //!   `RateLimit-Policy`/`RateLimit` + a problem body; gRPC gets `grpc-status: 8` and
 //!   `grpc-retry-pushback-ms`; [`Queue`] mode waits a bounded time instead.
 
+mod body;
 mod fields;
 mod judge;
 mod key;
@@ -54,6 +55,7 @@ mod service;
 mod shared;
 mod source;
 
+pub use body::{BodyMode, OwnBody, WrappedBody};
 pub use key::{
     ForwardedHeader, ForwardedIp, GlobalKey, HeaderKey, IpRange, IpRangeError, KeyError,
     KeyExtractor, OnMissingKey, PeerIp, DEFAULT_MAX_KEY_BYTES,

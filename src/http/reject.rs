@@ -4,13 +4,15 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
+
 use http::request::Parts;
 use http::{Response, StatusCode};
 
 use super::judge::Outcome;
 use super::key::{KeyError, OnMissingKey};
 use super::layer::{Counters, Shared};
-use super::response::{self, RateLimitBody, RejectReason, Rejection};
+use super::response::{self, RejectReason, Rejection};
 use super::source::Subject;
 use crate::engine::check::Check;
 use crate::engine::verdict::Denied;
@@ -103,12 +105,12 @@ fn fits(shared: &Shared, key: String) -> Result<String, KeyError> {
 }
 
 /// The layer's response to a denied (or too costly) request.
-pub(crate) fn rejected<RB>(
+pub(crate) fn rejected(
     shared: &Shared,
     subject: &Subject,
     outcome: Outcome,
     grpc: bool,
-) -> Response<RateLimitBody<RB>> {
+) -> Response<Bytes> {
     Counters::bump(&shared.counters.denied);
     match outcome {
         Outcome::Denied {
@@ -197,18 +199,17 @@ fn too_many(policy: Option<Arc<str>>, denied: Denied, grpc: bool, queue_full: bo
 }
 
 /// The layer's response to a rejected request.
-pub(crate) fn reject<RB>(
+pub(crate) fn reject(
     shared: &Shared,
     tier: &str,
     rejection: &Rejection,
     figures: &[response::Figures],
     denying: Option<usize>,
-) -> Response<RateLimitBody<RB>> {
-    let res = match &shared.hook {
+) -> Response<Bytes> {
+    let mut res = match &shared.hook {
         Some(hook) => hook(rejection),
         None => response::default_response(rejection),
     };
-    let mut res = res.map(RateLimitBody::full);
     let denying = denying.and_then(|i| figures.get(i));
     response::add_reject_fields(
         res.headers_mut(),

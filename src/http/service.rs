@@ -7,34 +7,43 @@
 
 use core::fmt;
 use core::future::Future;
+use core::marker::PhantomData;
 use core::pin::{pin, Pin};
 use core::task::{ready, Context, Poll, Waker};
 use std::sync::Arc;
 
+use bytes::Bytes;
 use http::header::CONTENT_TYPE;
 use http::request::Parts;
 use http::{Request, Response};
 use tower_service::Service;
 
+use super::body::{BodyMode, WrappedBody};
 use super::judge::{judge, wait, Figs, Outcome};
 use super::layer::{Counters, LayerStats, Shared};
 use super::lean::{Decided, Lean};
 use super::reject::{prepare, reject, rejected};
-use super::response::{Fields, HeaderMode, PassedThrough, RateLimitBody};
+use super::response::{Fields, HeaderMode, PassedThrough};
 use super::source::Subject;
 use crate::engine::verdict::{Allowed, Verdict};
 use crate::safety::slo::SuccessRate;
 
 /// The service made by [`RateLimitLayer`](super::RateLimitLayer): see there for what it
-/// does. Clones share the layer's state.
-pub struct RateLimit<S> {
+/// does. Clones share the layer's state. `M` is how its responses carry their bodies
+/// ([`WrappedBody`], the default, or [`OwnBody`](super::OwnBody)).
+pub struct RateLimit<S, M = WrappedBody> {
     inner: S,
     shared: Arc<Shared>,
+    mode: PhantomData<fn() -> M>,
 }
 
-impl<S> RateLimit<S> {
+impl<S, M> RateLimit<S, M> {
     pub(crate) fn new(inner: S, shared: Arc<Shared>) -> Self {
-        Self { inner, shared }
+        Self {
+            inner,
+            shared,
+            mode: PhantomData,
+        }
     }
 
     /// The layer's counters (shared with every clone).
@@ -43,16 +52,17 @@ impl<S> RateLimit<S> {
     }
 }
 
-impl<S: Clone> Clone for RateLimit<S> {
+impl<S: Clone, M> Clone for RateLimit<S, M> {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
             shared: Arc::clone(&self.shared),
+            mode: PhantomData,
         }
     }
 }
 
-impl<S: fmt::Debug> fmt::Debug for RateLimit<S> {
+impl<S: fmt::Debug, M> fmt::Debug for RateLimit<S, M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimit")
             .field("inner", &self.inner)
@@ -61,15 +71,18 @@ impl<S: fmt::Debug> fmt::Debug for RateLimit<S> {
     }
 }
 
-type BoxedResponse<RB, E> =
-    Pin<Box<dyn Future<Output = Result<Response<RateLimitBody<RB>>, E>> + Send>>;
+/// The inner service's response (its fields added), or the layer's own (a rejection).
+type Answer<RB> = Result<Response<RB>, Response<Bytes>>;
+
+type BoxedResponse<RB, E> = Pin<Box<dyn Future<Output = Result<Answer<RB>, E>> + Send>>;
 
 pin_project_lite::pin_project! {
     /// The response future of [`RateLimit`]: the inner service's future with the fields to
     /// add, the layer's own response, or (async limits, queue mode) a boxed future.
-    pub struct ResponseFuture<F, RB, E> {
+    pub struct ResponseFuture<F, RB, E, M = WrappedBody> {
         #[pin]
         kind: Kind<F, RB, E>,
+        mode: PhantomData<fn() -> M>,
     }
 }
 
@@ -77,12 +90,12 @@ pin_project_lite::pin_project! {
     #[project = KindProj]
     enum Kind<F, RB, E> {
         Inner { #[pin] fut: F, extra: Option<Box<Extra>> },
-        Ready { res: Option<Box<Response<RateLimitBody<RB>>>> },
+        Ready { res: Option<Box<Response<Bytes>>> },
         Boxed { fut: BoxedResponse<RB, E> },
     }
 }
 
-impl<F, RB, E> fmt::Debug for ResponseFuture<F, RB, E> {
+impl<F, RB, E, M> fmt::Debug for ResponseFuture<F, RB, E, M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let kind = match &self.kind {
             Kind::Inner { .. } => "inner",
@@ -95,27 +108,35 @@ impl<F, RB, E> fmt::Debug for ResponseFuture<F, RB, E> {
     }
 }
 
-impl<F, RB, E> ResponseFuture<F, RB, E> {
-    fn ready(res: Response<RateLimitBody<RB>>) -> Self {
+impl<F, RB, E, M> ResponseFuture<F, RB, E, M> {
+    fn of(kind: Kind<F, RB, E>) -> Self {
         Self {
-            kind: Kind::Ready {
-                res: Some(Box::new(res)),
-            },
+            kind,
+            mode: PhantomData,
         }
+    }
+
+    fn inner(fut: F, extra: Option<Box<Extra>>) -> Self {
+        Self::of(Kind::Inner { fut, extra })
+    }
+
+    fn ready(res: Response<Bytes>) -> Self {
+        Self::of(Kind::Ready {
+            res: Some(Box::new(res)),
+        })
     }
 
     fn boxed(fut: BoxedResponse<RB, E>) -> Self {
-        Self {
-            kind: Kind::Boxed { fut },
-        }
+        Self::of(Kind::Boxed { fut })
     }
 }
 
-impl<F, RB, E> Future for ResponseFuture<F, RB, E>
+impl<F, RB, E, M> Future for ResponseFuture<F, RB, E, M>
 where
     F: Future<Output = Result<Response<RB>, E>>,
+    M: BodyMode<RB>,
 {
-    type Output = Result<Response<RateLimitBody<RB>>, E>;
+    type Output = Result<Response<M::Body>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().kind.project() {
@@ -124,11 +145,16 @@ where
                 if let Some(extra) = extra.take() {
                     extra.apply(&mut res);
                 }
-                Poll::Ready(Ok(res.map(RateLimitBody::inner)))
+                Poll::Ready(Ok(res.map(M::inner)))
             }
             // Polled again after completing: a caller's mistake; never completes again.
-            KindProj::Ready { res } => res.take().map_or(Poll::Pending, |r| Poll::Ready(Ok(*r))),
-            KindProj::Boxed { fut } => fut.as_mut().poll(cx),
+            KindProj::Ready { res } => res
+                .take()
+                .map_or(Poll::Pending, |r| Poll::Ready(Ok(r.map(M::own)))),
+            KindProj::Boxed { fut } => Poll::Ready(match ready!(fut.as_mut().poll(cx))? {
+                Ok(res) => Ok(res.map(M::inner)),
+                Err(rejection) => Ok(rejection.map(M::own)),
+            }),
         }
     }
 }
@@ -161,17 +187,18 @@ impl Extra {
     }
 }
 
-impl<S, B, RB> Service<Request<B>> for RateLimit<S>
+impl<S, B, RB, M> Service<Request<B>> for RateLimit<S, M>
 where
     S: Service<Request<B>, Response = Response<RB>> + Clone + Send + 'static,
     S::Future: Send + 'static,
     S::Error: Send + 'static,
     B: Send + 'static,
     RB: Send + 'static,
+    M: BodyMode<RB>,
 {
-    type Response = Response<RateLimitBody<RB>>;
+    type Response = Response<M::Body>;
     type Error = S::Error;
-    type Future = ResponseFuture<S::Future, RB, S::Error>;
+    type Future = ResponseFuture<S::Future, RB, S::Error, M>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
         self.inner.poll_ready(cx)
@@ -189,10 +216,7 @@ where
                             (HeaderMode::Off, None) => None,
                             _ => lean_extra(shared, lean, &a),
                         };
-                        let fut = self.inner.call(req);
-                        return ResponseFuture {
-                            kind: Kind::Inner { fut, extra },
-                        };
+                        return ResponseFuture::inner(self.inner.call(req), extra);
                     }
                     Verdict::PassThrough(p) => {
                         let passed = PassedThrough {
@@ -209,23 +233,17 @@ where
                             denied: d,
                             queue_full: false,
                         };
-                        (
-                            Extra::default(),
-                            Some((Subject::new(key, "", "", ""), outcome)),
-                        )
+                        // Visible ASCII: the key as the extractor reads it.
+                        let key = String::from_utf8_lossy(key);
+                        let subject = Subject::new(key, "", "", "");
+                        (Extra::default(), Some((subject, outcome)))
                     }
                 };
                 if let Some((subject, outcome)) = denied {
                     let grpc = is_grpc(req.headers());
                     return ResponseFuture::ready(rejected(shared, &subject, outcome, grpc));
                 }
-                let fut = self.inner.call(req);
-                return ResponseFuture {
-                    kind: Kind::Inner {
-                        fut,
-                        extra: extra.boxed(),
-                    },
-                };
+                return ResponseFuture::inner(self.inner.call(req), extra.boxed());
             }
         }
         let shared = Arc::clone(&self.shared);
@@ -266,12 +284,7 @@ where
                     Outcome::Allowed { figures, passed } => {
                         let extra = allowed(&shared, &figures, passed, subject.tier());
                         let fut = self.inner.call(Request::from_parts(parts, body));
-                        ResponseFuture {
-                            kind: Kind::Inner {
-                                fut,
-                                extra: extra.boxed(),
-                            },
-                        }
+                        ResponseFuture::inner(fut, extra.boxed())
                     }
                     denied => ResponseFuture::ready(rejected(&shared, &subject, denied, grpc)),
                 };
@@ -294,7 +307,7 @@ where
     }
 }
 
-impl<S: Clone> RateLimit<S> {
+impl<S: Clone, M> RateLimit<S, M> {
     /// The service polled ready, for a request served later; a fresh clone takes its place.
     fn take_inner(&mut self) -> S {
         let fresh = self.inner.clone();
@@ -311,7 +324,7 @@ async fn finish<S, B, RB>(
     subject: Subject,
     outcome: Outcome,
     grpc: bool,
-) -> Result<Response<RateLimitBody<RB>>, S::Error>
+) -> Result<Answer<RB>, S::Error>
 where
     S: Service<Request<B>, Response = Response<RB>>,
 {
@@ -320,9 +333,9 @@ where
             let extra = allowed(shared, &figures, passed, subject.tier());
             let mut res = inner.call(Request::from_parts(parts, body)).await?;
             extra.apply(&mut res);
-            Ok(res.map(RateLimitBody::inner))
+            Ok(Ok(res))
         }
-        denied => Ok(rejected(shared, &subject, denied, grpc)),
+        denied => Ok(Err(rejected(shared, &subject, denied, grpc))),
     }
 }
 

@@ -491,12 +491,12 @@ impl<K: Hash> KeyedRateLimiter<K> {
 }
 
 impl KeyedRateLimiter<String> {
-    /// [`check_key`](Self::check_key) of a `str` key, fingerprinted in one SipHash pass (the
-    /// gateway layer's lean path).
+    /// [`check_key`](Self::check_key) of the key whose UTF-8 is `key`, fingerprinted in one
+    /// SipHash pass (the gateway layer's lean path, whose keys are visible ASCII).
     #[cfg(feature = "tower")]
     #[inline]
-    pub(crate) fn check_str(&self, key: &str) -> Verdict {
-        self.check_fp_one(self.fingerprinter.fingerprint_str(key))
+    pub(crate) fn check_utf8(&self, key: &[u8]) -> Verdict {
+        self.check_fp_one(self.fingerprinter.fingerprint_utf8(key))
     }
 }
 

@@ -1,0 +1,97 @@
+//! How the layer's responses carry their bodies: wrapped in [`RateLimitBody`] (any inner
+//! body), or as the inner service's own body type (a body that can be built from bytes).
+
+use bytes::Bytes;
+
+use super::response::RateLimitBody;
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for super::WrappedBody {}
+    impl Sealed for super::OwnBody {}
+}
+
+/// How a [`RateLimit`](super::RateLimit) service's responses carry their bodies: see
+/// [`WrappedBody`] (the default) and [`OwnBody`]. Sealed: the layer's own two modes.
+pub trait BodyMode<B>: sealed::Sealed + Send + Sync + 'static {
+    /// The body of every response through the service, given the inner service's body `B`.
+    type Body;
+
+    /// The inner service's body, as this mode carries it.
+    #[doc(hidden)]
+    fn inner(body: B) -> Self::Body;
+
+    /// The layer's own body (a rejection's problem document; empty for gRPC).
+    #[doc(hidden)]
+    fn own(data: Bytes) -> Self::Body;
+}
+
+/// The default: every response's body is a [`RateLimitBody`], which holds the inner
+/// service's body or the layer's own. Works with any body, such as hyper's `Incoming` in a
+/// proxy that streams the upstream's response through.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WrappedBody;
+
+/// Responses keep the inner service's own body type `B`; the layer builds its rejections'
+/// bodies with `B::from(Bytes)`. For bodies that can be built from bytes — axum's `Body`,
+/// `http_body_util::Full<Bytes>`, `String` bodies and the like — it saves the wrapper and,
+/// under axum, the allocation axum makes to box a body that is not its own. Chosen with
+/// [`RateLimitLayer::own_body`](super::RateLimitLayer::own_body).
+///
+/// ```
+/// use bytes::Bytes;
+/// use http::{HeaderName, Request, Response};
+/// use http_body_util::Full;
+/// use tollgate::http::{HeaderKey, RateLimitLayer};
+/// use tollgate::KeyedRateLimiter;
+/// use tower::{Layer, ServiceExt};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let layer = RateLimitLayer::builder()
+///     .key(HeaderKey::new(HeaderName::from_static("x-api-key")))
+///     .limit("per-key", KeyedRateLimiter::<String>::new("1/min".parse()?))
+///     .build()?
+///     .own_body();
+/// let svc = layer.layer(tower::service_fn(|_req: Request<()>| async {
+///     Ok::<_, std::convert::Infallible>(Response::new(Full::new(Bytes::from_static(b"hello"))))
+/// }));
+/// let req = || Request::get("/").header("x-api-key", "k").body(()).unwrap();
+/// // The response is the inner service's own `Response<Full<Bytes>>`, allowed or not.
+/// let ok: Response<Full<Bytes>> = svc.clone().oneshot(req()).await?;
+/// assert_eq!(ok.status(), 200);
+/// let denied: Response<Full<Bytes>> = svc.oneshot(req()).await?;
+/// assert_eq!(denied.status(), 429);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OwnBody;
+
+impl<B> BodyMode<B> for WrappedBody {
+    type Body = RateLimitBody<B>;
+
+    #[inline]
+    fn inner(body: B) -> RateLimitBody<B> {
+        RateLimitBody::inner(body)
+    }
+
+    #[inline]
+    fn own(data: Bytes) -> RateLimitBody<B> {
+        RateLimitBody::full(data)
+    }
+}
+
+impl<B: From<Bytes>> BodyMode<B> for OwnBody {
+    type Body = B;
+
+    #[inline]
+    fn inner(body: B) -> B {
+        body
+    }
+
+    #[inline]
+    fn own(data: Bytes) -> B {
+        B::from(data)
+    }
+}
