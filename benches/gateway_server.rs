@@ -9,17 +9,39 @@
 //! * `keyed-off`: the same with `HeaderMode::Off` (no fields on allowed responses), to tell
 //!   the limiting from the fields;
 //! * `limits`: the same keyed by a `LimitsHandle` (tier header, category, route resolved per
-//!   request), as `examples/gateway.rs` does.
+//!   request), as `examples/gateway.rs` does;
+//! * `own`, `own-off`: `keyed` and `keyed-off` with `own_body()` (the README's setup);
+//! * `governor`, `governor-headers`: tower_governor 0.8 keyed by `x-api-key`, its default
+//!   configuration and with `use_headers()` (`benches/wrk_layer.sh` pairs them with `own`).
 //!
 //! The quota (10^8/s) admits every request: this measures the allowed path, headers
-//! included. Run as `gateway_server --listen 127.0.0.1:PORT --mode bare|noop|keyed|keyed-off|limits`;
+//! included. Run as `gateway_server --listen 127.0.0.1:PORT --mode MODE` (one of the above);
 //! without arguments (as `cargo bench` runs it) it prints this usage and exits.
 
 use std::sync::Arc;
 
-use axum::http::HeaderName;
+use axum::http::{HeaderName, Request};
 use tollgate::http::{HeaderKey, HeaderMode, RateLimitLayer};
 use tollgate::{KeyedRateLimiter, Limits, LimitsHandle};
+use tower_governor::governor::GovernorConfigBuilder;
+use tower_governor::key_extractor::KeyExtractor;
+use tower_governor::{GovernorError, GovernorLayer};
+
+/// tower_governor's key: the `x-api-key` header, copied into a `String`.
+#[derive(Clone)]
+struct ApiKey;
+
+impl KeyExtractor for ApiKey {
+    type Key = String;
+
+    fn extract<T>(&self, req: &Request<T>) -> Result<String, GovernorError> {
+        req.headers()
+            .get("x-api-key")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+            .ok_or(GovernorError::UnableToExtractKey)
+    }
+}
 
 const LIMITS: &str = r#"
 schema = 1
@@ -40,35 +62,33 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .cloned()
     };
     let (Some(listen), Some(mode)) = (get("--listen"), get("--mode")) else {
-        println!("usage: gateway_server --listen ADDR:PORT --mode bare|noop|keyed|keyed-off|limits (see benches/wrk.sh)");
+        println!("usage: gateway_server --listen ADDR:PORT --mode bare|noop|keyed|keyed-off|limits|own|own-off|governor|governor-headers (see benches/wrk.sh)");
         return Ok(());
     };
     let key = || HeaderKey::new(HeaderName::from_static("x-api-key"));
+    let keyed = |mode: HeaderMode| -> Result<RateLimitLayer, Box<dyn std::error::Error>> {
+        Ok(RateLimitLayer::builder()
+            .key(key())
+            .headers(mode)
+            .limit(
+                "per-key",
+                KeyedRateLimiter::<String>::new("100000000/s".parse()?),
+            )
+            .build()?)
+    };
+    let governor = || {
+        let mut b = GovernorConfigBuilder::default().key_extractor(ApiKey);
+        b.per_nanosecond(10).burst_size(1_000_000);
+        b
+    };
     let router = axum::Router::new().fallback(|| async { "ok" });
     let router = match mode.as_str() {
         "bare" => router,
         "noop" => router.layer(tower::util::MapRequestLayer::new(
             |r: axum::extract::Request| r,
         )),
-        "keyed" => router.layer(
-            RateLimitLayer::builder()
-                .key(key())
-                .limit(
-                    "per-key",
-                    KeyedRateLimiter::<String>::new("100000000/s".parse()?),
-                )
-                .build()?,
-        ),
-        "keyed-off" => router.layer(
-            RateLimitLayer::builder()
-                .key(key())
-                .headers(HeaderMode::Off)
-                .limit(
-                    "per-key",
-                    KeyedRateLimiter::<String>::new("100000000/s".parse()?),
-                )
-                .build()?,
-        ),
+        "keyed" => router.layer(keyed(HeaderMode::Ietf)?),
+        "keyed-off" => router.layer(keyed(HeaderMode::Off)?),
         "limits" => router.layer(
             RateLimitLayer::builder()
                 .key(key())
@@ -79,6 +99,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 )
                 .build()?,
         ),
+        "own" => router.layer(keyed(HeaderMode::Ietf)?.own_body()),
+        "own-off" => router.layer(keyed(HeaderMode::Off)?.own_body()),
+        "governor" => router.layer(GovernorLayer::new(
+            governor().finish().ok_or("governor config")?,
+        )),
+        "governor-headers" => router.layer(GovernorLayer::new(
+            governor().use_headers().finish().ok_or("governor config")?,
+        )),
         other => return Err(format!("unknown mode {other:?}").into()),
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
