@@ -18,30 +18,18 @@
 //! included. Run as `gateway_server --listen 127.0.0.1:PORT --mode MODE` (one of the above);
 //! without arguments (as `cargo bench` runs it) it prints this usage and exits.
 
+#[path = "common/governor_key.rs"]
+mod governor_key;
+
 use std::sync::Arc;
 
-use axum::http::{HeaderName, Request};
+use axum::http::HeaderName;
 use tollgate::http::{HeaderKey, HeaderMode, RateLimitLayer};
 use tollgate::{KeyedRateLimiter, Limits, LimitsHandle};
 use tower_governor::governor::GovernorConfigBuilder;
-use tower_governor::key_extractor::KeyExtractor;
-use tower_governor::{GovernorError, GovernorLayer};
+use tower_governor::GovernorLayer;
 
-/// tower_governor's key: the `x-api-key` header, copied into a `String`.
-#[derive(Clone)]
-struct ApiKey;
-
-impl KeyExtractor for ApiKey {
-    type Key = String;
-
-    fn extract<T>(&self, req: &Request<T>) -> Result<String, GovernorError> {
-        req.headers()
-            .get("x-api-key")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned)
-            .ok_or(GovernorError::UnableToExtractKey)
-    }
-}
+use governor_key::ApiKey;
 
 const LIMITS: &str = r#"
 schema = 1

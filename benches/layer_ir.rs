@@ -36,21 +36,25 @@
 //! their responses are collected; `benches/callgrind_layer.sh` runs two loop lengths and
 //! divides the difference, which also drops the loop's constant entry cost.
 
+#[path = "common/governor_key.rs"]
+mod governor_key;
+
 use std::future::Future;
 use std::pin::pin;
 use std::process::ExitCode;
 use std::task::{Context, Poll, Waker};
 
 use axum::body::Body;
-use axum::http::{HeaderName, Request, StatusCode};
+use axum::http::{Request, StatusCode};
 use axum::routing::get;
 use axum::Router;
 use tollgate::http::{HeaderKey, HeaderMode, RateLimitLayer};
 use tollgate::KeyedRateLimiter;
 use tower::{Service, ServiceExt};
 use tower_governor::governor::GovernorConfigBuilder;
-use tower_governor::key_extractor::KeyExtractor;
-use tower_governor::{GovernorError, GovernorLayer};
+use tower_governor::GovernorLayer;
+
+use governor_key::{ApiKey, X_API_KEY};
 
 const VARIANTS: &[&str] = &[
     "bare",
@@ -64,28 +68,10 @@ const VARIANTS: &[&str] = &[
 ];
 
 const KEYS: usize = 64;
-const X_API_KEY: HeaderName = HeaderName::from_static("x-api-key");
 /// 10^6/s, burst 10^6, per key: nothing is ever denied.
 const TOLLGATE_QUOTA: &str = "1000000/s;burst=1000000";
 const GOVERNOR_PERIOD_NS: u64 = 1_000; // one per µs: 10^6/s
 const GOVERNOR_BURST: u32 = 1_000_000;
-
-/// tower_governor's key: the `x-api-key` header, copied into a `String` (as tollgate's
-/// `HeaderKey` does for a `KeyedRateLimiter<String>`).
-#[derive(Clone)]
-struct ApiKey;
-
-impl KeyExtractor for ApiKey {
-    type Key = String;
-
-    fn extract<T>(&self, req: &Request<T>) -> Result<String, GovernorError> {
-        req.headers()
-            .get(&X_API_KEY)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned)
-            .ok_or(GovernorError::UnableToExtractKey)
-    }
-}
 
 fn app(variant: &str) -> Option<Router> {
     let router = Router::new().route("/v1/search", get(|| async { "ok" }));
