@@ -236,7 +236,8 @@ pub use engine::stats::Stats;
 pub use engine::verdict::{Allowed, Denied, DenyReason, PassReason, PassThrough, Shadow, Verdict};
 pub use limiter::direct::{RateLimiter, RateLimiterBuilder};
 pub use limiter::keyed::{
-    KeyedRateLimiter, KeyedRateLimiterBuilder, DEFAULT_MAX_KEYS, MAX_KEYS_LIMIT,
+    Admission, KeyedRateLimiter, KeyedRateLimiterBuilder, DEFAULT_FILTER_BYTES, DEFAULT_MAX_KEYS,
+    MAX_KEYS_LIMIT,
 };
 #[cfg(feature = "tokio")]
 pub use limiter::wait::TokioSleep;

@@ -64,6 +64,11 @@ pub struct Stats {
     /// Of the retries, those permitted (allowed or passed through); `retries −
     /// retries_admitted` were denied.
     pub retries_admitted: u64,
+    /// Keyed limiters: newcomers that a full table's admission filter sent to the overflow
+    /// cell — seen only once, with no key idle for long enough to displace (see
+    /// [`Admission`](crate::Admission)). Not a verdict: their checks are counted by outcome
+    /// as well, and `total()` does not include this.
+    pub admissions_refused: u64,
 }
 
 impl Stats {
@@ -107,6 +112,7 @@ impl Stats {
             original: 0,
             retries: c[RETRIES_ADMITTED].wrapping_add(c[RETRIES_DENIED]),
             retries_admitted: c[RETRIES_ADMITTED],
+            admissions_refused: c[ADMISSIONS_REFUSED],
         };
         // Saturating: the counters are read one by one while checks go on.
         s.original = s.total().saturating_sub(s.retries);
@@ -139,6 +145,7 @@ impl Stats {
         c[DENIED_RETRY_BUDGET] = self.denied_retry_budget;
         c[RETRIES_ADMITTED] = self.retries_admitted;
         c[RETRIES_DENIED] = self.retries.saturating_sub(self.retries_admitted);
+        c[ADMISSIONS_REFUSED] = self.admissions_refused;
         c
     }
 }
@@ -160,7 +167,10 @@ pub(crate) const RETRIES_DENIED: usize = 11;
 /// Retries permitted: allowed or passed through (counted besides the verdict's own counter).
 pub(crate) const RETRIES_ADMITTED: usize = 12;
 pub(crate) const PASSED_SHADOW: usize = 13;
-pub(crate) const COUNTERS: usize = 14;
+/// Newcomers a keyed table's admission filter sent to the overflow cell (not a verdict: their
+/// checks are counted by outcome too).
+pub(crate) const ADMISSIONS_REFUSED: usize = 14;
+pub(crate) const COUNTERS: usize = 15;
 
 /// Stripes owned by one thread each: written with a plain load and store, no locked
 /// instruction.

@@ -52,17 +52,20 @@ use crate::limiter::guard::{self, Guard, Hot};
 use crate::shaping::priority::{self, Priorities, Reserve};
 use crate::shaping::retry::RetryBudget;
 
+mod admission;
 mod builder;
 #[cfg(feature = "config")]
 mod carry;
 mod grow;
 mod insert;
 mod refund;
+mod sketch;
 mod store;
 mod sweep;
 mod table;
 mod wait;
 
+pub use admission::{Admission, DEFAULT_FILTER_BYTES};
 pub use builder::KeyedRateLimiterBuilder;
 use store::Store;
 
@@ -168,6 +171,8 @@ struct Slow {
     cursor: usize,
     /// The smallest live TAT seen in the current sweep pass (0 when unknown).
     pass_min: u64,
+    /// The admission filter (`admission.rs`).
+    filter: admission::Filter,
 }
 
 impl Slow {

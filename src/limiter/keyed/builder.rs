@@ -6,6 +6,7 @@ use core::marker::PhantomData;
 
 use crate::sync::Mutex;
 
+use super::admission::Admission;
 use super::store::Store;
 use super::{KeyedRateLimiter, Overflow, Slow, DEFAULT_MAX_KEYS, MAX_KEYS_LIMIT};
 use crate::engine::cell::Padded;
@@ -27,6 +28,7 @@ pub struct KeyedRateLimiterBuilder<K> {
     clock: Clock,
     max_keys: usize,
     overflow_quota: Option<Quota>,
+    admission: Admission,
     attached: Attached,
     _key: PhantomData<fn(&K)>,
 }
@@ -41,6 +43,7 @@ impl<K> fmt::Debug for KeyedRateLimiterBuilder<K> {
                 "overflow_quota",
                 &self.overflow_quota.map(|q| q.to_string()),
             )
+            .field("admission", &self.admission)
             .field("priorities", &self.attached.priorities)
             .field("retry_budget", &self.attached.budget)
             .finish_non_exhaustive()
@@ -54,6 +57,7 @@ impl<K> KeyedRateLimiterBuilder<K> {
             clock: Clock::monotonic(),
             max_keys: DEFAULT_MAX_KEYS,
             overflow_quota: None,
+            admission: Admission::default(),
             attached: Attached::default(),
             _key: PhantomData,
         }
@@ -77,6 +81,27 @@ impl<K> KeyedRateLimiterBuilder<K> {
     /// the per-key quota, following [`KeyedRateLimiter::set_quota`]).
     pub fn overflow_quota(mut self, quota: Quota) -> Self {
         self.overflow_quota = Some(quota);
+        self
+    }
+
+    /// Who takes a slot while the table is at its cap (default: [`Admission::default`], a
+    /// frequency filter of at most 1 MiB, allocated when the table first reaches its cap):
+    /// with the filter, a newcomer seen only once may not displace a key idle for less than
+    /// τ, so a flood of one-off keys cannot take recurring customers' slots between their
+    /// checks. [`Admission::Off`] lets any newcomer take the next idle key's slot.
+    ///
+    /// ```
+    /// use tollgate::{Admission, KeyedRateLimiter};
+    ///
+    /// let lim = KeyedRateLimiter::<u64>::builder("6/min".parse()?)
+    ///     .max_keys(10_000)
+    ///     .admission(Admission::Filter { bytes: 256 << 10 })
+    ///     .build();
+    /// assert_eq!(lim.filter_bytes(), 0); // allocated when the table first reaches its cap
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn admission(mut self, admission: Admission) -> Self {
+        self.admission = admission;
         self
     }
 
@@ -152,6 +177,7 @@ impl<K> KeyedRateLimiterBuilder<K> {
             counters,
             slow: Mutex::new(Slow {
                 pass_min: u64::MAX,
+                filter: self.admission.into(),
                 ..Slow::default()
             }),
             _key: PhantomData,

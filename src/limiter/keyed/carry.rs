@@ -148,7 +148,13 @@ impl<K> KeyedRateLimiter<K> {
             Held::Dead(place) => Some(place),
             Held::Absent => None,
         };
-        let Some(place) = dead.or_else(|| self.room_for(&mut slow, fp, &snap, now)) else {
+        // A carried key brings a debt (`live_fill` finds only live keys): at the cap it takes an
+        // idle key's slot whatever admission would say of a newcomer, or its debt would be
+        // forgotten in the overflow cell.
+        if self.len() >= self.max_keys && !self.free_one(&mut slow, fp, now) {
+            return;
+        }
+        let Some(place) = dead.or_else(|| self.room_for(&mut slow, fp, &snap, now, now)) else {
             return;
         };
         let tat = fill(Self::params_at(&snap, place.gate).tau);

@@ -1,13 +1,15 @@
-//! The insert path, under the insert lock: new keys, revivals, spilled keys and the way to the
-//! overflow cell.
+//! The insert path, under the insert lock: new keys, revivals, spilled keys, admission at the
+//! cap (`admission.rs`) and the way to the overflow cell.
 
 use crate::sync::atomic::Ordering;
 
+use super::admission::{Admit, Filter};
 use super::store::{self, Place};
 use super::{Ask, KeyedRateLimiter, Slow, Swept};
 use crate::engine::cell::{self, Attempt, TOMBSTONE};
 use crate::engine::gcra::{self, Outcome, Params};
 use crate::engine::params::{Gate, Snapshot};
+use crate::engine::stats::ADMISSIONS_REFUSED;
 use crate::engine::tagged;
 use crate::engine::verdict::{DenyReason, Verdict};
 
@@ -82,10 +84,6 @@ impl<K> KeyedRateLimiter<K> {
             self.rehome(slow, fp);
             return Ok(Step::Done(v));
         }
-        if self.len() >= self.max_keys && now < slow.idle_not_before {
-            // Full of keys none of which can be idle yet: nothing to sweep or revive.
-            return Ok(Step::Overflow);
-        }
         // First, so that the buckets looked at below are the key's for good.
         self.grow(slow, snap, now);
         let dead = match self.held(fp) {
@@ -105,11 +103,24 @@ impl<K> KeyedRateLimiter<K> {
             Held::Dead(place) => Some(place),
             Held::Absent => None,
         };
-        // A new key, or one back after it was swept (to its dead slot).
-        if self.len() >= self.max_keys && !self.free_one(slow, fp, now) {
-            return Ok(Step::Overflow);
+        // A new key, or one back after it was swept (to its dead slot). At the cap, admission
+        // says which idle keys it may displace (`admission.rs`); below it, with admission on,
+        // only stale ones: the table has room, so no key idle for less than τ makes way.
+        let mut sweep_at = match slow.filter {
+            Filter::Off => now,
+            _ => Admit::Stale.sweep_at(now, &snap.cur),
+        };
+        if self.len() >= self.max_keys {
+            let admit = self.admit(slow, fp, dead.is_some());
+            sweep_at = admit.sweep_at(now, &snap.cur);
+            if !self.free_one(slow, fp, sweep_at) {
+                if admit != Admit::Idle {
+                    self.counters.bump(ADMISSIONS_REFUSED);
+                }
+                return Ok(Step::Overflow);
+            }
         }
-        if let Some(place) = dead.or_else(|| self.room_for(slow, fp, snap, now)) {
+        if let Some(place) = dead.or_else(|| self.room_for(slow, fp, snap, now, sweep_at)) {
             return self.place(slow, place, snap, now, ask).map(Step::Done);
         }
         if self.len() >= self.max_keys {
@@ -153,29 +164,31 @@ impl<K> KeyedRateLimiter<K> {
         dead.map_or(Held::Absent, Held::Dead)
     }
 
-    /// With the table full of keys: makes room for one more by sweeping an idle key — one in
-    /// `fp`'s own buckets if they have no free slot (so the newcomer lands there), else the
-    /// next idle one anywhere. `true` if it freed one.
-    fn free_one(&self, slow: &mut Slow, fp: u64, now: u64) -> bool {
+    /// With the table full of keys: makes room for one more by sweeping a key idle at `at`
+    /// (TAT ≤ `at`) — one in `fp`'s own buckets if they have no free slot (so the newcomer
+    /// lands there), else the next one anywhere. `true` if it freed one.
+    pub(super) fn free_one(&self, slow: &mut Slow, fp: u64, at: u64) -> bool {
         if fp != 0 {
             let home = self.table.home(fp);
             let has_free = home.iter().any(|&p| self.table.free_in(p).is_some());
-            if !has_free && self.sweep_home(home, now).is_some() {
+            if !has_free && self.sweep_home(slow, home, at).is_some() {
                 return true;
             }
         }
-        self.sweep_some(slow, now)
+        self.sweep_some(slow, at)
     }
 
     /// A slot for the new key `fp` in its buckets (the table has grown if it had to): a free
-    /// one, an idle key's slot swept, or one freed by moving keys to their other buckets.
-    /// `None` for fp 0 or if all of that fails.
+    /// one, the slot of a key idle at `sweep_at` (TAT ≤ `sweep_at`, at most `now`) swept, or
+    /// one freed by moving keys to their other buckets. `None` for fp 0 or if all of that
+    /// fails.
     pub(super) fn room_for(
         &self,
         slow: &mut Slow,
         fp: u64,
         snap: &Snapshot,
         now: u64,
+        sweep_at: u64,
     ) -> Option<Place<'_>> {
         if fp == 0 {
             return None;
@@ -187,17 +200,18 @@ impl<K> KeyedRateLimiter<K> {
             .free_in(home[0])
             .or_else(|| self.table.free_in(home[1]))
             .or_else(|| self.bring_home(slow, home[0], snap, now))
-            .or_else(|| self.sweep_home(home, now))
+            .or_else(|| self.sweep_home(slow, home, sweep_at))
             .or_else(|| self.make_room(slow, home, snap, now))
     }
 
-    /// Frees the first idle key's slot in `home`'s buckets, if any.
-    pub(super) fn sweep_home(&self, home: [usize; 2], now: u64) -> Option<Place<'_>> {
+    /// Frees the slot of the first key in `home`'s buckets idle at `at` (TAT ≤ `at`), if any.
+    fn sweep_home(&self, slow: &mut Slow, home: [usize; 2], at: u64) -> Option<Place<'_>> {
         for p in home {
             let (bucket, gate) = self.table.bucket(p)?;
             for slot in &bucket.0 {
-                let used = slot.key.load(Ordering::Relaxed) != 0;
-                if used && matches!(self.sweep_slot(slot, now), Swept::Freed) {
+                let fp = slot.key.load(Ordering::Relaxed);
+                if fp != 0 && matches!(self.sweep_slot(slot, at), Swept::Freed) {
+                    slow.filter.saw_swept(fp);
                     return Some(Place { slot, gate });
                 }
             }

@@ -91,8 +91,10 @@ impl<K> KeyedRateLimiter<K> {
         }
     }
 
-    /// Before giving up on a full table: if some key can be idle by now, sweep on from the
-    /// cursor until one idle key is freed or a whole pass is done. Each slot is visited once
+    /// Before giving up on a full table: if some key can be idle by `now` (the instant a swept
+    /// key's TAT must not exceed: the clock, or earlier for a newcomer admission lets take only
+    /// keys idle for τ), sweep on from the cursor until one idle key is freed or a whole pass
+    /// is done. Each slot is visited once
     /// per pass (a key moved behind the cursor counts as seen, with its TAT), and a pass that
     /// finds nothing records the earliest instant a tracked key can go idle, so full-table
     /// arrivals before then cost nothing. Returns `true` if it freed a key.
@@ -101,7 +103,14 @@ impl<K> KeyedRateLimiter<K> {
             return false;
         }
         let before = slow.spill.len();
-        slow.spill.retain(|_, tat| *tat > now);
+        let filter = &mut slow.filter;
+        slow.spill.retain(|&fp, tat| {
+            let live = *tat > now;
+            if !live {
+                filter.saw_swept(fp);
+            }
+            live
+        });
         if slow.spill.len() < before {
             self.len
                 .fetch_sub(before - slow.spill.len(), Ordering::Relaxed);
@@ -111,9 +120,19 @@ impl<K> KeyedRateLimiter<K> {
         let slots = SLOTS * self.table.buckets_in_use();
         for _ in 0..slots {
             let i = slow.cursor;
-            let swept = match self.table.slot(i) {
-                Some(slot) if slot.key.load(Ordering::Relaxed) != 0 => self.sweep_slot(slot, now),
-                _ => Swept::Dead,
+            let (fp, swept) = match self.table.slot(i) {
+                Some(slot) => {
+                    let fp = slot.key.load(Ordering::Relaxed);
+                    (
+                        fp,
+                        if fp == 0 {
+                            Swept::Dead
+                        } else {
+                            self.sweep_slot(slot, now)
+                        },
+                    )
+                }
+                None => (0, Swept::Dead),
             };
             if let Swept::Live(tat) = swept {
                 slow.pass_min = slow.pass_min.min(tat);
@@ -126,6 +145,7 @@ impl<K> KeyedRateLimiter<K> {
                 slow.cursor = 0;
             }
             if let Swept::Freed = swept {
+                slow.filter.saw_swept(fp);
                 return true;
             }
         }
