@@ -25,6 +25,8 @@ pub(super) fn checks(name: &str, policy: &str, c: &[u64; COUNTERS]) {
         let l = labels(name, [("policy", policy), ("admitted", flag)]);
         counter(RETRIES_TOTAL, l, c[i]);
     }
+    let l = labels(name, [("policy", policy)]);
+    counter(ADMISSIONS_REFUSED_TOTAL, l, c[ADMISSIONS_REFUSED_INDEX]);
 }
 
 pub(super) fn keys(name: &str, policy: &str, len: usize, max: usize, bytes: usize) {
@@ -163,6 +165,10 @@ pub(super) fn describe() {
     describe_counter!(
         RETRIES_TOTAL,
         "Retries (attempt >= 1) checked, by whether they were admitted"
+    );
+    describe_counter!(
+        ADMISSIONS_REFUSED_TOTAL,
+        "Newcomers a full key table's admission filter sent to the overflow cell"
     );
     describe_gauge!(
         LIVE_KEYS,

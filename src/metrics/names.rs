@@ -4,14 +4,15 @@
 //! or anything else a client sends.
 
 use crate::engine::stats::{
-    ALLOWED, COUNTERS, DENIED_CEILING, DENIED_OVERFLOW, DENIED_QUOTA, DENIED_RETRY_BUDGET,
-    DENIED_TABLE_FULL, PASSED_ANOMALY, PASSED_CLOCK, PASSED_FORCED, PASSED_OTHER, PASSED_SHADOW,
-    RETRIES_ADMITTED, RETRIES_DENIED, SHADOW_DENIED,
+    ADMISSIONS_REFUSED, ALLOWED, COUNTERS, DENIED_CEILING, DENIED_OVERFLOW, DENIED_QUOTA,
+    DENIED_RETRY_BUDGET, DENIED_TABLE_FULL, PASSED_ANOMALY, PASSED_CLOCK, PASSED_FORCED,
+    PASSED_OTHER, PASSED_SHADOW, RETRIES_ADMITTED, RETRIES_DENIED, SHADOW_DENIED,
 };
 
 pub(crate) const CHECKS: &str = "tollgate_checks_total";
 pub(crate) const SHADOW_DENIED_TOTAL: &str = "tollgate_shadow_denied_total";
 pub(crate) const RETRIES_TOTAL: &str = "tollgate_retries_total";
+pub(crate) const ADMISSIONS_REFUSED_TOTAL: &str = "tollgate_admissions_refused_total";
 pub(crate) const LIVE_KEYS: &str = "tollgate_live_keys";
 pub(crate) const MAX_KEYS: &str = "tollgate_max_keys";
 pub(crate) const TABLE_BYTES: &str = "tollgate_table_bytes";
@@ -65,6 +66,7 @@ const DENIALS: [usize; 5] = [
 pub(crate) const RETRY_SERIES: [(&str, usize); 2] =
     [("true", RETRIES_ADMITTED), ("false", RETRIES_DENIED)];
 pub(crate) const SHADOW_DENIED_INDEX: usize = SHADOW_DENIED;
+pub(crate) const ADMISSIONS_REFUSED_INDEX: usize = ADMISSIONS_REFUSED;
 
 /// Counts as the client saw them. A shadow policy's limiter counts the verdicts it gave; the
 /// handle served each as a pass-through with [`PassReason::Shadow`](crate::PassReason) and
