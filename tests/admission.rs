@@ -10,10 +10,11 @@
 //! stays exactly as denied as its own GCRA says through all of it.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, HashMap};
 use std::time::{Duration, Instant};
 
-use tollgate::{Admission, KeyedRateLimiter, ManualClock, Verdict};
+use proptest::prelude::*;
+use tollgate::{Admission, DenyReason, KeyedRateLimiter, ManualClock, Verdict};
 
 const NS: u64 = 1_000_000_000;
 const MAX_KEYS: usize = 10_000;
@@ -260,5 +261,113 @@ fn recurring_customers_keep_their_slots_through_a_flood_of_one_off_keys() {
     for f in [&on, &off] {
         assert_eq!(f.abuser_wrong, 0, "{f:?}");
         assert!((11..=12).contains(&f.abuser.allowed), "{:?}", f.abuser);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Never forget debt: an adversary choosing keys, repeats, costs and times against a table of
+// a few keys never gets an allow that an exact per-key GCRA would deny.
+// ---------------------------------------------------------------------------------------
+
+/// Quotas of the property: the text, `T` and the burst (τ = burst·T).
+const QUOTAS: [(&str, u64, u64); 3] = [
+    ("1/s", NS, 1),
+    ("2/s;burst=3", NS / 2, 3),
+    ("10/min;burst=4", 6 * NS, 4),
+];
+
+/// The adversary's keys: more than any table of the property holds.
+const KEYS: u64 = 24;
+
+/// The reference: one exact GCRA per key, a `HashMap` of TATs, advanced only by what the
+/// limiter grants (a check the limiter denies costs the key nothing).
+struct Exact {
+    t: u64,
+    tau: u64,
+    tats: HashMap<u64, u64>,
+}
+
+impl Exact {
+    /// Whether `key`'s own cell allows `cost` at `now`, and the TAT it would leave.
+    fn step(&self, key: u64, now: u64, cost: u64) -> (bool, u64) {
+        let start = self.tats.get(&key).copied().unwrap_or(0).max(now);
+        let tat = start + cost * self.t;
+        (tat - now <= self.tau, tat)
+    }
+}
+
+/// One adversarial step: a time step (an index into a few telling ones), a key, a cost, a
+/// number of repeats.
+fn op() -> impl Strategy<Value = (usize, u64, u64, u32)> {
+    (0usize..7, 0..KEYS, 1u64..=4, 1u32..=3)
+}
+
+/// Runs `ops` on a table of `max_keys` and checks every verdict against [`Exact`].
+fn never_forgets_debt(
+    quota: usize,
+    max_keys: usize,
+    admission: Admission,
+    ops: &[(usize, u64, u64, u32)],
+) -> Result<(), TestCaseError> {
+    let (text, t, burst) = QUOTAS[quota];
+    let clock = ManualClock::at(Duration::from_secs(1_000));
+    let lim = KeyedRateLimiter::<u64>::builder(text.parse().expect("a valid quota"))
+        .clock(clock.clone())
+        .max_keys(max_keys)
+        // One allow a day, spent below: every allow of the run comes from a key's own cell.
+        .overflow_quota("1/d".parse().expect("a valid quota"))
+        .admission(admission)
+        .build();
+    let mut exact = Exact {
+        t,
+        tau: burst * t,
+        tats: HashMap::new(),
+    };
+    // Fill the table with keys of the adversary's, then spend the overflow cell.
+    let now = clock.nanos();
+    for key in 0..max_keys as u64 {
+        prop_assert!(lim.check_key(&key).is_permitted());
+        exact.tats.insert(key, exact.step(key, now, 1).1);
+    }
+    prop_assert!(
+        lim.check_key(&u64::MAX).is_permitted(),
+        "the overflow cell's one"
+    );
+    let steps = [0, 1, t / 3, t, burst * t / 2, burst * t, 3 * burst * t];
+    for &(dt, key, cost, repeats) in ops {
+        clock.advance(Duration::from_nanos(steps[dt]));
+        let now = clock.nanos();
+        let cost = cost.min(burst);
+        for _ in 0..repeats {
+            let v = lim.check_key_n(&key, cost).expect("cost ≤ burst");
+            let (ok, tat) = exact.step(key, now, cost);
+            let reason = v.denied().map(|d| d.reason());
+            if v.is_permitted() {
+                prop_assert!(ok, "key {key} allowed {cost} at {now}: its own GCRA denies");
+                exact.tats.insert(key, tat);
+            } else if reason == Some(DenyReason::Quota) {
+                prop_assert!(!ok, "key {key} denied {cost} at {now}: its own GCRA allows");
+            }
+            prop_assert!(lim.len() <= max_keys);
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn admission_never_grants_what_a_key_own_gcra_denies(
+        quota in 0..QUOTAS.len(),
+        max_keys in 4usize..=8,
+        filter in prop::sample::select(vec![
+            Admission::default(),
+            Admission::Filter { bytes: 4 << 10 },
+            Admission::Off,
+        ]),
+        ops in prop::collection::vec(op(), 1..200),
+    ) {
+        never_forgets_debt(quota, max_keys, filter, &ops)?;
     }
 }
