@@ -422,3 +422,45 @@ fn refund_races_a_quota_change() {
         assert!((3..=4).contains(&left), "{left} left");
     });
 }
+
+// ---------------------------------------------------------------------------------------
+// 4. Admission at the cap (issue 20 §3): the filter lives under the insert lock, next to the
+//    slot life cycle it decides on.
+// ---------------------------------------------------------------------------------------
+
+/// A table at its cap of 3: `a` and `b` live (1 of 2 used), `c` idle for 900 ms (stale: τ is
+/// 200 ms). A newcomer `n` checks twice (refused or admitted: it may displace only `c`) while
+/// `a` is checked lock-free and `c` is checked again, racing the sweep that would free its
+/// slot for `n`. Invariant: the live keys are never displaced (`a` and `b` are allowed exactly
+/// their burst of 2 in all), and `c` and `n` together get exactly one cell's burst and the
+/// overflow cell's one unit: 3, whichever of them keeps the slot.
+#[test]
+fn slot_admission_never_displaces_a_live_key() {
+    explore("slot_admission_never_displaces_a_live_key", 3, || {
+        let clock = clock();
+        let lim = KeyedRateLimiter::<u64>::builder(quota("10/s;burst=2"))
+            .clock(clock.clone())
+            .max_keys(3)
+            .overflow_quota(quota("1/h"))
+            .build();
+        let (a, b, c, n) = (key(1), key(2), key(3), key(5));
+        assert!(lim.check_key(&c).is_permitted());
+        clock.advance(Duration::from_secs(1));
+        assert!(lim.check_key(&a).is_permitted());
+        assert!(lim.check_key(&b).is_permitted());
+        let lim = loom::sync::Arc::new(lim);
+        let (l1, l2) = (lim.clone(), lim.clone());
+        let newcomer = thread::spawn(move || {
+            u64::from(l1.check_key(&n).is_permitted()) + u64::from(l1.check_key(&n).is_permitted())
+        });
+        let tracked = thread::spawn(move || l2.check_key(&a).is_permitted());
+        let c1 = u64::from(lim.check_key(&c).is_permitted());
+        assert!(tracked.join().unwrap(), "a had a unit left");
+        let tn = newcomer.join().unwrap() + drain(|| lim.check_key(&n), 4);
+        let tc = c1 + drain(|| lim.check_key(&c), 4);
+        assert_eq!(2 + drain(|| lim.check_key(&a), 4), 2, "a displaced");
+        assert_eq!(1 + drain(|| lim.check_key(&b), 4), 2, "b displaced");
+        assert_eq!(tn + tc, 3, "n: {tn}, c: {tc}");
+        assert!(lim.len() <= 3);
+    });
+}
