@@ -170,7 +170,8 @@
 //! * **Overflow cell.** When a [`KeyedRateLimiter`] holds `max_keys` live keys, new keys share
 //!   one overflow cell, and its denials say [`DenyReason::KeyTableFull`]. Tracked keys are
 //!   never reset to make room; idle ones (whose cell is full again) are swept as new keys
-//!   arrive.
+//!   arrive. At the cap, [`Admission`] (on by default) lets a key seen only once displace
+//!   only a key idle for τ; finding none, it shares the overflow cell.
 //! * **Fingerprints.** Keyed limiters store a seeded 64-bit fingerprint per key, never the
 //!   key: integer keys never collide; other keys collide with probability about n²/2^65.
 //! * **Pass-through and the clock.** The detector's windows run on its own clock; give it one

@@ -196,8 +196,10 @@ fn without_an_overflow_quota_the_overflow_cell_follows_set_quota() {
 }
 
 /// DESIGN §4: the first `max_keys` live keys are always tracked, and idle entries are swept
-/// "before giving up on a full table". Once every tracked key is idle, the very next new key
-/// is the only live key: it must get its own cell, not the (used-up) overflow cell.
+/// "before giving up on a full table". Once every tracked key is idle (here for τ: with
+/// admission on, a newcomer seen once displaces no key idle for less, see
+/// `tests/admission.rs`), the very next new key is the only live key: it must get its own
+/// cell, not the (used-up) overflow cell.
 #[test]
 fn the_first_newcomer_after_every_key_went_idle_is_tracked() {
     let mut sent_to_overflow = Vec::new();

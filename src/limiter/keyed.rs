@@ -22,7 +22,8 @@
 //! New keys, revivals, sweeps and growth take one mutex (`slow`); they are rare next to checks.
 //! A key whose buckets stay full even after moving others (rare) or whose fingerprint is 0
 //! lives in a small spill map under the same mutex, so the first `max_keys` live keys are
-//! always tracked.
+//! always tracked. At the cap, a live key is never displaced; which newcomer may take an idle
+//! key's slot is for admission to say (`admission.rs`, [`Admission`]).
 //!
 //! # Moving a key while checks run
 //!
