@@ -349,8 +349,8 @@ impl<K> KeyedRateLimiter<K> {
     fn check_fp(&self, fp: u64) -> Verdict {
         match &self.guard {
             None => {
-                let count = |i| self.counters.bump(i);
                 let general = || self.check_fp_general(fp);
+                let count = table::Bump(&self.counters);
                 self.step_steady(fp, self.clock.now_nanos(), count, general)
             }
             Some(_) => self.check_fp_general(fp),
@@ -425,7 +425,7 @@ impl<K: Hash> KeyedRateLimiter<K> {
         let general = || self.check_fp_general(fp);
         match &self.hot {
             Hot::Bare(clock) => {
-                let count = |i| self.counters.bump(i);
+                let count = table::Bump(&self.counters);
                 self.step_steady(fp, clock.now_nanos(), count, general)
             }
             Hot::Detected(clock, d) => {
@@ -433,7 +433,11 @@ impl<K: Hash> KeyedRateLimiter<K> {
                 if d.pass_reason().is_some() {
                     return general();
                 }
-                let count = |i| d.observe_key(&self.counters, i, fp);
+                let count = table::Observed {
+                    detector: d,
+                    counters: &self.counters,
+                    fp,
+                };
                 self.step_steady(fp, clock.now_nanos(), count, general)
             }
             Hot::Other => self.check_fp(fp),

@@ -189,19 +189,24 @@ impl Admit {
     }
 }
 
-impl<K> KeyedRateLimiter<K> {
+impl Slow {
     /// The admission step for `fp`, a key with no live slot, while the table is at its cap
     /// (under the insert lock): records its sighting and says which keys it may displace.
     /// `returning`: a dead copy of it is still in its buckets (it was tracked, and swept).
-    pub(super) fn admit(&self, slow: &mut Slow, fp: u64, returning: bool) -> Admit {
-        match slow.filter.sighted(fp) {
+    ///
+    /// A method of the lock's state, not of the limiter: not generic over the key, so it is
+    /// compiled once, in this crate, rather than for each key type next to `check_key`.
+    pub(super) fn admit(&mut self, fp: u64, returning: bool) -> Admit {
+        match self.filter.sighted(fp) {
             _ if returning => Admit::Idle,
             None | Some(3..) => Admit::Idle,
             Some(2) => Admit::Interval,
             Some(_) => Admit::Stale,
         }
     }
+}
 
+impl<K> KeyedRateLimiter<K> {
     /// Bytes the admission filter occupies: 0 until the table first reaches its cap (or with
     /// [`Admission::Off`]), then its budget (see [`Admission`]).
     ///

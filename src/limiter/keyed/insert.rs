@@ -111,7 +111,7 @@ impl<K> KeyedRateLimiter<K> {
             _ => Admit::Stale.sweep_at(now, &snap.cur),
         };
         if self.len() >= self.max_keys {
-            let admit = self.admit(slow, fp, dead.is_some());
+            let admit = slow.admit(fp, dead.is_some());
             sweep_at = admit.sweep_at(now, &snap.cur);
             if !self.free_one(slow, fp, sweep_at) {
                 if admit != Admit::Idle {

@@ -11,16 +11,18 @@ use crate::engine::check::Check;
 use crate::engine::error::InsufficientCapacity;
 use crate::engine::gcra::Params;
 use crate::engine::params::{Gate, SharedParams, Snapshot, Token};
-use crate::engine::stats::{ALLOWED, DENIED_QUOTA};
+use crate::engine::stats::{Counters, ALLOWED, DENIED_QUOTA};
 use crate::engine::tagged;
 use crate::engine::verdict::{Allowed, Denied, DenyReason, PassReason, Verdict};
 use crate::limiter::guard::{self, Guard};
+use crate::safety::fault::Shared;
 use crate::shaping::priority;
 
 impl<K> KeyedRateLimiter<K> {
     /// One unit for a tracked key under a request quota in steady state — the common check:
     /// `T` and τ (confirmed once, after the TAT load, as a direct limiter's
-    /// `step_bare`), the key's slot, one [`cell::steady_step`], one CAS; counted by `count`.
+    /// `step_bare`), the key's slot, one [`cell::steady_step`], one CAS; counted by `count`
+    /// (a [`Tally`], inlined whatever LLVM makes of its size).
     /// Anything else — a new key, a byte budget, a quota change, the clamp lowering the TAT,
     /// a slot that died or changed hands under it — goes to `general`, having written
     /// nothing: the swap expects the key's own encoding of the TAT (see [`tagged`]).
@@ -29,7 +31,7 @@ impl<K> KeyedRateLimiter<K> {
         &self,
         fp: u64,
         now: u64,
-        count: impl FnOnce(usize),
+        count: impl Tally,
         general: impl FnOnce() -> Verdict,
     ) -> Verdict {
         let (t, tau, seq) = self.params.load_request_unconfirmed();
@@ -64,14 +66,14 @@ impl<K> KeyedRateLimiter<K> {
                     );
                     match cas {
                         Ok(_) => {
-                            count(ALLOWED);
+                            count.tally(ALLOWED);
                             return Verdict::Allow(Allowed::requests(tau - ahead, t, ahead));
                         }
                         Err(actual) => raw = actual,
                     }
                 }
                 Steady::Deny { retry_after } => {
-                    count(DENIED_QUOTA);
+                    count.tally(DENIED_QUOTA);
                     return Verdict::Deny(Denied::new(retry_after, DenyReason::Quota));
                 }
                 Steady::Cold => return general(),
@@ -377,5 +379,37 @@ impl<K> KeyedRateLimiter<K> {
                 return v;
             }
         }
+    }
+}
+
+/// How [`step_steady`](KeyedRateLimiter::step_steady) counts its verdict. A trait with
+/// `#[inline(always)]` methods rather than a closure: the detector's count was once left out
+/// of line by LLVM when the insert path, compiled in the same unit, grew (+28 Ir a check).
+pub(super) trait Tally {
+    /// Counts one verdict, by its counter index.
+    fn tally(self, index: usize);
+}
+
+/// The limiter's own counters.
+pub(super) struct Bump<'a>(pub(super) &'a Counters);
+
+impl Tally for Bump<'_> {
+    #[inline(always)]
+    fn tally(self, index: usize) {
+        self.0.bump(index);
+    }
+}
+
+/// An attached detector: the limiter's counters, its tick and the key's panel sample.
+pub(super) struct Observed<'a> {
+    pub(super) detector: &'a Shared,
+    pub(super) counters: &'a Counters,
+    pub(super) fp: u64,
+}
+
+impl Tally for Observed<'_> {
+    #[inline(always)]
+    fn tally(self, index: usize) {
+        self.detector.observe_key(self.counters, index, self.fp);
     }
 }

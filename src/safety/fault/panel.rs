@@ -39,7 +39,7 @@ impl Panel {
 
     /// The panel hash: the seeded fingerprint mixed again under the panel's own seed (the
     /// murmur3 finalizer), so membership is independent of table placement.
-    #[inline]
+    #[inline(always)]
     fn hash(&self, fp: u64) -> u64 {
         let mut z = fp ^ self.seed;
         z = (z ^ (z >> 33)).wrapping_mul(0xff51_afd7_ed55_8ccd);
@@ -48,7 +48,8 @@ impl Panel {
     }
 
     /// Records one verdict of the key with fingerprint `fp`: cheap unless the key is sampled.
-    #[inline]
+    /// Always inlined: it runs on every check of a keyed limiter with a detector attached.
+    #[inline(always)]
     pub(crate) fn record(&self, fp: u64, denied: bool) {
         let h = self.hash(fp);
         // Relaxed: the threshold is a sampling hint; a stale value only samples one key more
