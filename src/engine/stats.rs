@@ -65,7 +65,7 @@ pub struct Stats {
     /// retries_admitted` were denied.
     pub retries_admitted: u64,
     /// Keyed limiters: newcomers that a full table's admission filter sent to the overflow
-    /// cell — seen only once, with no key idle for long enough to displace (see
+    /// cell — seen too rarely to displace any key idle then (see
     /// [`Admission`](crate::Admission)). Not a verdict: their checks are counted by outcome
     /// as well, and `total()` does not include this.
     pub admissions_refused: u64,

@@ -4,19 +4,33 @@
 //! # The admission step
 //!
 //! Under the insert lock, for a key that holds no live slot, when the table holds `max_keys`
-//! keys (live or idle): the key's sighting is recorded, and
+//! keys (live or idle): the key's sighting is recorded, and with the estimate after it
 //!
 //! | the key | may take the slot of |
 //! |---|---|
-//! | seen before: estimate ≥ 2, or a dead copy of it is still in its buckets | any idle key (TAT ≤ now), as without a filter |
-//! | seen once | only a key idle for τ at least (TAT ≤ now − τ) |
+//! | a dead copy of it is still in its buckets (it was tracked, and swept), or seen 3 times or more | any idle key (TAT ≤ now), as without a filter |
+//! | seen twice | a key idle for `T` at least (TAT ≤ now − T: one unit back) |
+//! | seen once | a key idle for τ at least (TAT ≤ now − τ: the whole burst back) |
 //!
-//! and a key that finds none shares the overflow cell; if it was seen once, that counts in
-//! [`Stats::admissions_refused`](crate::Stats::admissions_refused). Live keys are never
-//! displaced, whoever asks. Keys that spilled, keys placed by another thread meanwhile and
-//! keys carried in with a debt by a rollout ([`adopt`](super::carry)) are tracked keys and
-//! never go through this step. A key swept to make room is recorded too, so a customer whose
-//! slot was taken while it was idle comes back as a key seen before.
+//! A key that finds none shares the overflow cell; if admission held it to keys idle for `T`
+//! or τ, it counts in [`Stats::admissions_refused`](crate::Stats::admissions_refused). Live keys are never displaced, whoever asks. Keys that spilled, keys placed
+//! by another thread meanwhile and keys carried in with a debt by a rollout
+//! ([`adopt`](super::carry)) are tracked keys and never go through this step. A key swept to
+//! make room is recorded too, so a customer whose slot was taken while it was idle comes back
+//! as a key seen before.
+//!
+//! Why a ladder rather than TinyLFU's "the newcomer's frequency against the victim's": the
+//! victims are tracked keys, whose checks are lock-free and never reach the filter, so their
+//! frequency is unknown; how long a key has been idle stands in for it. A recurring key idle
+//! between two checks (less than `T` late) is displaced only by a key seen three times, or
+//! by one that was itself displaced; a key seen twice — which a one-off key is, about 1 % of
+//! the time, when the filter errs — waits for a key idle for `T`; a one-off key for a key
+//! idle for a whole τ, which a table parked at its cap in quiet times (its idle keys long
+//! idle) always has: newcomers are tracked at once there, as without a filter.
+//!
+//! Below the cap, with the filter on, a newcomer whose buckets are full sweeps only a key idle
+//! for τ to take its slot (else it moves keys, or spills): the table has room, so no key idle
+//! for less makes way.
 
 use core::fmt;
 
@@ -35,26 +49,26 @@ pub const DEFAULT_FILTER_BYTES: usize = 1 << 20;
 /// customer whose cell was idle for a moment between two checks loses its slot and lands in
 /// the overflow cell, which the flood has spent.
 ///
-/// With the filter (the default), a newcomer seen only once may take only the slot of a key
-/// idle for at least τ (its whole burst's refill time: a minute for `"6/min"`); recurring keys
-/// keep their slots through their gaps, and a one-off key shares the overflow cell
-/// ([`DenyReason::KeyTableFull`](crate::DenyReason::KeyTableFull) once that is spent). A key
-/// seen before — a second sighting, or a key whose slot was swept while it was idle — takes
-/// any idle key's slot, as without a filter. A key seen for the first time while the table is
-/// at its cap is therefore tracked from its second check.
+/// With the filter (the default), the more often a newcomer was seen, the more recently idle
+/// a key it may displace: seen once, only a key idle for τ (its whole burst's refill: a minute
+/// for `"6/min"`); seen twice, a key idle for `T` (one unit's: 10 s for `"6/min"`); seen more
+/// often, or coming back after its own slot was swept, any idle key, as without a filter.
+/// Recurring keys keep their slots through their gaps, and a one-off key shares the overflow
+/// cell ([`DenyReason::KeyTableFull`](crate::DenyReason::KeyTableFull) once that is spent).
+/// In quiet times a table parked at its cap holds keys idle for long, and newcomers take their
+/// slots at once.
 ///
 /// # The filter
 ///
 /// A doorkeeper (two generations of a Bloom filter) in front of a count-min sketch of 4-bit
-/// counters, as in TinyLFU, over the keys' fingerprints. It is allocated when the table first
-/// reaches its cap — a table that never fills never pays for it — and touched only on the
-/// insert path while the table is at its cap: checks of tracked keys never see it. Its memory
-/// is `bytes` (at least 4 KiB), sized for what it must remember rather than for `max_keys`:
-/// a key is remembered for at least `bytes / 20` sightings after its last one (newcomers
-/// recorded at the cap), at most twice that — 393,216 to 786,432 at the default 1 MiB, 8 to
-/// 16 seconds of a flood of 50,000 new keys a second. A one-off key passes for one seen
-/// before about 1 % of the time. If the allocator refuses the filter, the table admits as
-/// with [`Admission::Off`].
+/// counters, as in TinyLFU, over the keys' fingerprints. It is allocated when a newcomer first
+/// meets the table at its cap — a table that never fills never pays for it — and touched only
+/// on the insert path: checks of tracked keys never see it. Its memory is `bytes` (raised to
+/// 4 KiB), sized for what it must remember rather than for `max_keys`: a key is remembered
+/// for at least `3/8` sightings per byte after its last one (newcomers recorded at the cap),
+/// at most twice that — 393,216 to 786,432 at the default 1 MiB, 8 to 16 seconds of a flood
+/// of 50,000 new keys a second. A one-off key passes for one seen twice about 1 % of the time.
+/// If the allocator refuses the filter, the table admits as with [`Admission::Off`].
 ///
 /// # Caveats
 ///
@@ -62,15 +76,18 @@ pub const DEFAULT_FILTER_BYTES: usize = 1 << 20;
 ///   check by a fresh cell of its own: newcomers together get at most the overflow cell's
 ///   quota on top of their own ([`overflow_quota`](crate::KeyedRateLimiterBuilder::overflow_quota)
 ///   sets it). A key with a debt in a cell of its own is never given a fresh one.
-/// - A customer idle for longer than τ between checks, or than the filter remembers, meets
-///   the table as a newcomer, as without a filter.
+/// - A key first seen while the table is full of recently idle keys is tracked from its
+///   second or third check, not its first.
+/// - A customer idle for longer than `T` between checks can be displaced by a key seen twice,
+///   and one idle for longer than τ, or than the filter remembers, meets the table as a
+///   newcomer, as without a filter.
 ///
 /// ```
 /// use std::time::Duration;
 /// use tollgate::{DenyReason, KeyedRateLimiter, ManualClock};
 ///
 /// let clock = ManualClock::new();
-/// let lim = KeyedRateLimiter::<u64>::builder("1/s".parse()?) // τ = 1 s
+/// let lim = KeyedRateLimiter::<u64>::builder("1/s;burst=3".parse()?) // T = 1 s, τ = 3 s
 ///     .clock(clock.clone())
 ///     .max_keys(2)
 ///     .overflow_quota("1/h".parse()?)
@@ -78,10 +95,11 @@ pub const DEFAULT_FILTER_BYTES: usize = 1 << 20;
 /// assert!(lim.check_key(&1).is_permitted());
 /// assert!(lim.check_key(&2).is_permitted()); // the table is at its cap
 /// assert!(lim.check_key(&3).is_permitted()); // seen once: the overflow cell's 1 an hour
-/// clock.advance(Duration::from_millis(1_500)); // keys 1 and 2 idle for half a second
-/// let v = lim.check_key(&4); // seen once: the overflow cell, spent
+/// clock.advance(Duration::from_millis(2_500)); // keys 1 and 2 idle for 1.5 s
+/// let v = lim.check_key(&4); // seen once: no key idle for τ, the overflow cell is spent
 /// assert_eq!(v.denied().map(|d| d.reason()), Some(DenyReason::KeyTableFull));
-/// assert!(lim.check_key(&3).is_permitted()); // seen before: takes an idle key's slot
+/// assert!(lim.check_key(&3).is_permitted()); // seen twice: takes a key idle for T
+/// assert_eq!(lim.len(), 2);
 /// assert_eq!(lim.stats().map(|s| s.admissions_refused), Some(2));
 /// # Ok::<(), tollgate::QuotaError>(())
 /// ```

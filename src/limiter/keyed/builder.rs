@@ -87,8 +87,9 @@ impl<K> KeyedRateLimiterBuilder<K> {
     /// Who takes a slot while the table is at its cap (default: [`Admission::default`], a
     /// frequency filter of at most 1 MiB, allocated when the table first reaches its cap):
     /// with the filter, a newcomer seen only once may not displace a key idle for less than
-    /// τ, so a flood of one-off keys cannot take recurring customers' slots between their
-    /// checks. [`Admission::Off`] lets any newcomer take the next idle key's slot.
+    /// τ, one seen twice a key idle for less than `T`, so a flood of one-off keys cannot take
+    /// recurring customers' slots between their checks. [`Admission::Off`] lets any newcomer
+    /// take the next idle key's slot.
     ///
     /// ```
     /// use tollgate::{Admission, KeyedRateLimiter};
