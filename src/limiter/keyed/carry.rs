@@ -349,6 +349,35 @@ mod tests {
     }
 
     #[test]
+    fn a_key_carried_with_a_debt_into_a_full_table_is_not_refused_by_admission() {
+        let clock = ManualClock::new();
+        let old = limiter(&clock, "10/s");
+        let new = KeyedRateLimiter::<String>::builder("10/s".parse().expect("a valid quota"))
+            .clock(clock.clone())
+            .max_keys(4)
+            .overflow_quota("1/h".parse().expect("a valid quota"))
+            .build();
+        for k in ["a", "b", "c", "d"] {
+            assert!(new.check_key(k).is_permitted());
+        }
+        // The new table is at its cap, its keys idle for 100 ms: a newcomer seen once could
+        // not displace them, and the overflow cell is spent.
+        assert!(new.check_key("e").is_permitted());
+        clock.advance(Duration::from_millis(200));
+        assert_eq!(allowed(&old, &new, 7), 7, "7 of 10 used on the old limiter");
+        assert_eq!(
+            allowed(&new, &old, 10),
+            3,
+            "her 3 left, carried into an idle key's slot"
+        );
+        assert_eq!(
+            new.stats().map(|s| s.admissions_refused),
+            Some(1),
+            "only e's"
+        );
+    }
+
+    #[test]
     fn a_live_key_is_never_missed_while_the_table_moves_it() {
         // A lookup that met a move used to take the key for absent (in about half the
         // rounds here), and a key joining the cohort then started fresh.
