@@ -2,28 +2,40 @@
 //! allocator: nothing until the table first reaches its cap, then its budget and no more,
 //! whatever the flood; nothing at all with `Admission::Off`.
 //!
-//! The allocator counts every thread's allocations, so the tests of this file run one at a
-//! time (`alone`) and measure only what they do between two readings.
+//! The allocator counts only the allocations of the thread that asked it to (`counted`): the
+//! limiters here are used from the test's own thread, and the test harness's threads
+//! allocate meanwhile.
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::cell::Cell;
 
 use tollgate::{Admission, KeyedRateLimiter, ManualClock, DEFAULT_FILTER_BYTES};
 
-/// The system allocator, counting the bytes live.
+/// The system allocator, counting the bytes live that this thread allocated while counting.
 struct Counting;
 
-static LIVE: AtomicUsize = AtomicUsize::new(0);
+std::thread_local! {
+    static COUNTING: Cell<bool> = const { Cell::new(false) };
+    static LIVE: Cell<isize> = const { Cell::new(0) };
+}
 
-// SAFETY: every call is passed on to the system allocator unchanged; the counter is only read
-// by the tests. (The library forbids unsafe code; a global allocator needs it.)
+fn tally(bytes: isize) {
+    // `try_with`: a thread being torn down has no locals left; it is not measured.
+    let _ = COUNTING.try_with(|on| {
+        if on.get() {
+            let _ = LIVE.try_with(|live| live.set(live.get() + bytes));
+        }
+    });
+}
+
+// SAFETY: every call is passed on to the system allocator unchanged; the counters are only
+// read by the tests. (The library forbids unsafe code; a global allocator needs it.)
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: the caller's contract, passed on.
         let p = unsafe { System.alloc(layout) };
         if !p.is_null() {
-            LIVE.fetch_add(layout.size(), Ordering::Relaxed);
+            tally(layout.size() as isize);
         }
         p
     }
@@ -31,23 +43,21 @@ unsafe impl GlobalAlloc for Counting {
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         // SAFETY: the caller's contract, passed on.
         unsafe { System.dealloc(ptr, layout) };
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+        tally(-(layout.size() as isize));
     }
 }
 
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
 
-/// One measurement at a time.
-fn alone() -> MutexGuard<'static, ()> {
-    static ALONE: Mutex<()> = Mutex::new(());
-    ALONE
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+/// Counts this thread's allocations from now on.
+fn counted() {
+    COUNTING.with(|on| on.set(true));
 }
 
+/// The bytes this thread allocated and has not freed since it called [`counted`].
 fn live() -> usize {
-    LIVE.load(Ordering::Relaxed)
+    usize::try_from(LIVE.with(Cell::get)).expect("never more freed than allocated")
 }
 
 fn limiter(clock: &ManualClock, max_keys: usize, admission: Admission) -> KeyedRateLimiter<u64> {
@@ -62,7 +72,7 @@ fn limiter(clock: &ManualClock, max_keys: usize, admission: Admission) -> KeyedR
 /// it allocated within 64 KiB, and no filter.
 #[test]
 fn a_table_that_never_fills_pays_nothing_for_the_filter() {
-    let _one = alone();
+    counted();
     let clock = ManualClock::new();
     let before = live();
     let lim = limiter(&clock, tollgate::DEFAULT_MAX_KEYS, Admission::default());
@@ -78,7 +88,7 @@ fn a_table_that_never_fills_pays_nothing_for_the_filter() {
 /// and a flood adds nothing to it.
 #[test]
 fn the_filter_is_allocated_at_the_cap_and_honours_its_budget() {
-    let _one = alone();
+    counted();
     for (admission, budget) in [
         (Admission::default(), DEFAULT_FILTER_BYTES),
         (Admission::Filter { bytes: 100_000 }, 100_000),
@@ -122,7 +132,7 @@ fn the_filter_is_allocated_at_the_cap_and_honours_its_budget() {
 /// `Admission::Off`: no filter, whatever arrives.
 #[test]
 fn without_admission_there_is_no_filter() {
-    let _one = alone();
+    counted();
     let clock = ManualClock::new();
     let lim = limiter(&clock, 100, Admission::Off);
     for k in 0..100u64 {
