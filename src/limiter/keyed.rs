@@ -32,31 +32,27 @@
 //! twice or applied under the wrong quota meanwhile.
 
 use crate::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use core::borrow::Borrow;
 use core::fmt;
-use core::hash::Hash;
 use core::marker::PhantomData;
 use std::collections::HashMap;
 
 use crate::sync::Mutex;
 
 use crate::engine::cell::Padded;
-use crate::engine::check::Check;
 use crate::engine::clock::Clock;
-use crate::engine::error::InsufficientCapacity;
 use crate::engine::fingerprint::Fingerprinter;
 use crate::engine::params::{Gate, SharedParams};
 use crate::engine::quota::Quota;
 use crate::engine::stats::{Counters, Stats};
-use crate::engine::verdict::Verdict;
 use crate::limiter::guard::{self, Guard, Hot};
-use crate::shaping::priority::{self, Priorities, Reserve};
+use crate::shaping::priority::{Priorities, Reserve};
 use crate::shaping::retry::RetryBudget;
 
 mod admission;
 mod builder;
 #[cfg(feature = "config")]
 mod carry;
+mod check;
 mod grow;
 mod insert;
 mod refund;
@@ -343,173 +339,7 @@ impl<K> KeyedRateLimiter<K> {
     pub fn priorities(&self) -> Option<&Priorities> {
         self.guard.as_ref()?.priorities.as_ref()
     }
-
-    /// [`check_key`](Self::check_key) on another clock, or with more attached.
-    #[inline(never)]
-    fn check_fp(&self, fp: u64) -> Verdict {
-        match &self.guard {
-            None => {
-                let general = || self.check_fp_general(fp);
-                let count = table::Bump(&self.counters);
-                self.step_steady(fp, self.clock.now_nanos(), count, general)
-            }
-            Some(_) => self.check_fp_general(fp),
-        }
-    }
-
-    /// [`check_key`](Self::check_key) past the steady-state step: new keys, byte budgets,
-    /// quota changes, anything attached. Out of line, so the fast path keeps its registers.
-    #[inline(never)]
-    fn check_fp_general(&self, fp: u64) -> Verdict {
-        if let Some(v) = self
-            .guard
-            .as_ref()
-            .and_then(|g| self.check_fast_guarded(g, fp))
-        {
-            return v;
-        }
-        let snap = self.params.load_check();
-        self.step_key(Ask::plain(fp, 1, snap.cur.unit()), &snap)
-    }
-
-    /// [`check_key_with`](Self::check_key_with) with something attached: the class's
-    /// tolerance, the retry budget (peek, step, debit), the counts.
-    #[inline(never)]
-    fn check_fp_attached(
-        &self,
-        g: &Guard,
-        fp: u64,
-        check: Check,
-    ) -> Result<Verdict, InsufficientCapacity> {
-        let snap = self.params.load();
-        let p = snap.cur;
-        let (cost, reserve) = (check.units(), g.reserve(check.priority_class()));
-        let tol = reserve.tolerance(&p);
-        let w = priority::weight_within(&p, cost, tol)?;
-        if w == 0 {
-            return Ok(self.peek_fp(fp, 0, |p| reserve.tolerance(p)));
-        }
-        let retry = check.attempt_number() > 0;
-        if retry {
-            let now = self.now();
-            if let Some(v) = g.over_budget(now) {
-                g.observe(&self.counters, &v, Some(fp), true, || now);
-                return Ok(v);
-            }
-        }
-        let ask = Ask {
-            fp,
-            cost,
-            w,
-            reserve,
-            retry,
-        };
-        Ok(self.step_key_guarded(g, ask, &snap))
-    }
 }
-
-impl<K: Hash> KeyedRateLimiter<K> {
-    /// Checks one unit for `key`.
-    #[inline]
-    pub fn check_key<Q>(&self, key: &Q) -> Verdict
-    where
-        K: Borrow<Q>,
-        Q: Hash + ?Sized,
-    {
-        self.check_fp_one(self.fingerprinter.fingerprint(key))
-    }
-
-    /// [`check_key`](Self::check_key) of the key with fingerprint `fp`.
-    #[inline]
-    fn check_fp_one(&self, fp: u64) -> Verdict {
-        let general = || self.check_fp_general(fp);
-        match &self.hot {
-            Hot::Bare(clock) => {
-                let count = table::Bump(&self.counters);
-                self.step_steady(fp, clock.now_nanos(), count, general)
-            }
-            Hot::Detected(clock, d) => {
-                let d = d.shared();
-                if d.pass_reason().is_some() {
-                    return general();
-                }
-                let count = table::Observed {
-                    detector: d,
-                    counters: &self.counters,
-                    fp,
-                };
-                self.step_steady(fp, clock.now_nanos(), count, general)
-            }
-            Hot::Other => self.check_fp(fp),
-        }
-    }
-
-    /// Checks `cost` units for `key`: all or nothing. A cost of 0 reports the remaining
-    /// capacity and writes nothing (a new key is not inserted).
-    ///
-    /// # Errors
-    ///
-    /// [`InsufficientCapacity`] if `cost` exceeds the burst.
-    #[inline]
-    pub fn check_key_n<Q>(&self, key: &Q, cost: u64) -> Result<Verdict, InsufficientCapacity>
-    where
-        K: Borrow<Q>,
-        Q: Hash + ?Sized,
-    {
-        self.check_fp_n(self.fingerprinter.fingerprint(key), cost)
-    }
-
-    /// Checks `key` with per-request arguments: cost, attempt, priority class.
-    ///
-    /// With [`Priorities`] attached, the check sees its class's tolerance on the key's cell;
-    /// with a [`RetryBudget`] attached (one for the whole limiter), a retry must fit it as
-    /// well as the key's quota; with a [`FaultDetector`](crate::FaultDetector) attached, originals and retries are
-    /// counted apart. Without them this is [`check_key_n`](Self::check_key_n).
-    ///
-    /// # Errors
-    ///
-    /// [`InsufficientCapacity`] if the cost exceeds the burst, or the capacity of its class.
-    ///
-    /// ```
-    /// use tollgate::{Check, KeyedRateLimiter, Priorities};
-    ///
-    /// let lim = KeyedRateLimiter::<u64>::builder("10/s".parse()?)
-    ///     .priorities(Priorities::new([(0, 0.0), (1, 0.3)])?)
-    ///     .build();
-    /// assert_eq!(lim.check_key_with(&7, Check::cost(8).class(1)).unwrap_err().capacity(), 7);
-    /// assert!(lim.check_key_with(&7, Check::cost(7).class(1))?.is_permitted());
-    /// assert!(lim.check_key_with(&7, Check::cost(3))?.is_permitted());
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    #[inline]
-    pub fn check_key_with<Q>(&self, key: &Q, check: Check) -> Result<Verdict, InsufficientCapacity>
-    where
-        K: Borrow<Q>,
-        Q: Hash + ?Sized,
-    {
-        self.check_fp_with(self.fingerprinter.fingerprint(key), check)
-    }
-
-    /// What [`check_key`](Self::check_key) would say now, without writing anything.
-    pub fn peek_key<Q>(&self, key: &Q) -> Verdict
-    where
-        K: Borrow<Q>,
-        Q: Hash + ?Sized,
-    {
-        self.peek_fp(self.fingerprinter.fingerprint(key), 1, |p| p.tau)
-    }
-}
-
-impl KeyedRateLimiter<String> {
-    /// [`check_key`](Self::check_key) of the key whose UTF-8 is `key`, fingerprinted in one
-    /// SipHash pass (the gateway layer's lean path, whose keys are visible ASCII).
-    #[cfg(feature = "tower")]
-    #[inline]
-    pub(crate) fn check_utf8(&self, key: &[u8]) -> Verdict {
-        self.check_fp_one(self.fingerprinter.fingerprint_utf8(key))
-    }
-}
-
 impl<K> fmt::Debug for KeyedRateLimiter<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KeyedRateLimiter")
