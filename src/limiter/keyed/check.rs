@@ -130,8 +130,8 @@ impl<K: Hash> KeyedRateLimiter<K> {
 
     /// Checks `key` with per-request arguments: cost, attempt, priority class.
     ///
-    /// With [`Priorities`] attached, the check sees its class's tolerance on the key's cell;
-    /// with a [`RetryBudget`] attached (one for the whole limiter), a retry must fit it as
+    /// With [`Priorities`](crate::Priorities) attached, the check sees its class's tolerance on the key's cell;
+    /// with a [`RetryBudget`](crate::RetryBudget) attached (one for the whole limiter), a retry must fit it as
     /// well as the key's quota; with a [`FaultDetector`](crate::FaultDetector) attached, originals and retries are
     /// counted apart. Without them this is [`check_key_n`](Self::check_key_n).
     ///
