@@ -243,4 +243,9 @@ async fn a_direct_limit_with_a_forced_pass_through_answers_the_same() {
         d.force_pass_through(PassReason::Forced, Duration::from_secs(3600));
     }
     same(&lean, &general, &clock).await;
+    // And back to enforcing: the pass-through's end is seen the same way.
+    for d in [&da, &db] {
+        d.clear_override();
+    }
+    same(&lean, &general, &clock).await;
 }

@@ -305,6 +305,23 @@ fn slot_aba_undo_lowers_a_new_owner() {
     });
 }
 
+/// Runs `main` on this thread while two other threads check `c` once each: what `main`
+/// returns, and how many of the two checks were allowed.
+fn while_checked_twice<R>(
+    lim: &loom::sync::Arc<KeyedRateLimiter<u64>>,
+    c: u64,
+    main: impl FnOnce() -> R,
+) -> (R, u64) {
+    let (l2, l3) = (lim.clone(), lim.clone());
+    let insert = thread::spawn(move || l2.check_key(&c).is_permitted());
+    let again = thread::spawn(move || l3.check_key(&c).is_permitted());
+    let r = main();
+    (
+        r,
+        u64::from(insert.join().unwrap()) + u64::from(again.join().unwrap()),
+    )
+}
+
 /// The first failure mode of the ABA undo: a stalled check of `A` read `X`; a split moves `A`
 /// away and a new key `C` is installed in the dead slot with exactly `X` (same frozen instant,
 /// cost 1). The old check's compare-and-swap on the bare TAT landed on `C`'s cell; before it
@@ -320,11 +337,7 @@ fn slot_aba_new_owner_steps_before_the_undo() {
         let clock = clock();
         let lim = loom::sync::Arc::new(keyed_at_the_split("10/s;burst=3", &clock));
         let c = key(12);
-        let (l2, l3) = (lim.clone(), lim.clone());
-        let insert = thread::spawn(move || l2.check_key(&c).is_permitted());
-        let again = thread::spawn(move || l3.check_key(&c).is_permitted());
-        let a1 = u64::from(lim.check_key(&A).is_permitted());
-        let c1 = u64::from(insert.join().unwrap()) + u64::from(again.join().unwrap());
+        let (a1, c1) = while_checked_twice(&lim, c, || u64::from(lim.check_key(&A).is_permitted()));
         let ta = 1 + a1 + drain(|| lim.check_key(&A), 8);
         let tc = c1 + drain(|| lim.check_key(&c), 8);
         assert_eq!(ta, 3, "A: allowed {ta} of a burst of 3");
@@ -344,11 +357,7 @@ fn slot_aba_a_refund_never_lands_on_a_new_owner() {
         let clock = clock();
         let lim = loom::sync::Arc::new(keyed_at_the_split("10/s;burst=3", &clock));
         let c = key(12);
-        let (l2, l3) = (lim.clone(), lim.clone());
-        let insert = thread::spawn(move || l2.check_key(&c).is_permitted());
-        let again = thread::spawn(move || l3.check_key(&c).is_permitted());
-        lim.refund_key(&A, 1);
-        let c1 = u64::from(insert.join().unwrap()) + u64::from(again.join().unwrap());
+        let ((), c1) = while_checked_twice(&lim, c, || lim.refund_key(&A, 1));
         let ta = drain(|| lim.check_key(&A), 8);
         let tc = c1 + drain(|| lim.check_key(&c), 8);
         assert_eq!(ta, 3, "A: {ta} allowed after its refund, of a burst of 3");

@@ -246,9 +246,7 @@ pub(crate) fn limit_prefix(name: &str) -> Vec<u8> {
 pub(crate) fn limit_value(prefix: &[u8], remaining: u64, reset_secs: u64) -> Option<HeaderValue> {
     with_scratch(|out| {
         out.extend_from_slice(prefix);
-        push_u64(out, remaining);
-        out.extend_from_slice(b";t=");
-        push_u64(out, reset_secs);
+        push_limit_rest(out, remaining, reset_secs);
     })
 }
 
@@ -257,10 +255,15 @@ pub(crate) fn limit_field(f: &Figures) -> Option<HeaderValue> {
     with_scratch(|out| {
         sf_string(&f.policy, out);
         out.extend_from_slice(b";r=");
-        push_u64(out, f.remaining);
-        out.extend_from_slice(b";t=");
-        push_u64(out, f.reset_secs);
+        push_limit_rest(out, f.remaining, f.reset_secs);
     })
+}
+
+/// The end of a `RateLimit` value, after `;r=`: the remaining units and the reset.
+fn push_limit_rest(out: &mut Vec<u8>, remaining: u64, reset_secs: u64) {
+    push_u64(out, remaining);
+    out.extend_from_slice(b";t=");
+    push_u64(out, reset_secs);
 }
 
 #[cfg(test)]

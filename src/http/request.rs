@@ -156,28 +156,28 @@ fn decimal(headers: &HeaderMap, name: &HeaderName) -> Result<Option<u64>, BadHea
 /// The attempt number from the first present header of `headers`: 0 when none is present;
 /// malformed (not digits, repeated, over 20 digits) is an error, answered 400. Counts past
 /// `u32::MAX` saturate.
-pub(crate) fn attempt(parts: &HeaderMap, headers: &[AttemptHeader]) -> Result<u32, BadHeader> {
+pub(crate) fn attempt(head: &HeaderMap, headers: &[AttemptHeader]) -> Result<u32, BadHeader> {
     // One pass over the request's few headers rather than a hashed lookup per configured
     // name: a request usually carries none of them.
     const MAX_TRACKED: usize = 8;
     if headers.is_empty() || headers.len() > MAX_TRACKED {
-        return attempt_by_lookup(parts, headers);
+        return attempt_by_lookup(head, headers);
     }
     let mut seen = [0u8; MAX_TRACKED];
-    for (name, _) in parts.iter() {
+    for (name, _) in head.iter() {
         if let Some(i) = headers.iter().position(|h| h.name == *name) {
             seen[i] = seen[i].saturating_add(1);
         }
     }
     match seen.iter().position(|&n| n > 0) {
         None => Ok(0),
-        Some(i) => attempt_by_lookup(parts, &headers[i..=i]),
+        Some(i) => attempt_by_lookup(head, &headers[i..=i]),
     }
 }
 
-fn attempt_by_lookup(parts: &HeaderMap, headers: &[AttemptHeader]) -> Result<u32, BadHeader> {
+fn attempt_by_lookup(head: &HeaderMap, headers: &[AttemptHeader]) -> Result<u32, BadHeader> {
     for h in headers {
-        if let Some(n) = decimal(parts, &h.name)? {
+        if let Some(n) = decimal(head, &h.name)? {
             let n = u32::try_from(n).unwrap_or(u32::MAX);
             return Ok(n.saturating_sub(h.first));
         }

@@ -160,7 +160,6 @@ where
 }
 
 /// What an allowed response gets once the inner service answers.
-#[derive(Default)]
 struct Extra {
     fields: Fields,
     passed: Option<PassedThrough>,
@@ -208,42 +207,36 @@ where
         if let Some(lean) = &self.shared.lean {
             if let Decided::Verdict { key, verdict } = lean.decide(req.headers()) {
                 let shared = &*self.shared;
-                let (extra, denied) = match verdict {
+                let extra = match verdict {
                     Verdict::Allow(a) => {
                         Counters::bump(&shared.counters.allowed);
-                        let extra = match (shared.headers, &shared.success) {
+                        match (shared.headers, &shared.success) {
                             // Nothing to add: no extra at all.
                             (HeaderMode::Off, None) => None,
                             _ => lean_extra(shared, lean, &a),
-                        };
-                        return ResponseFuture::inner(self.inner.call(req), extra);
+                        }
                     }
                     Verdict::PassThrough(p) => {
                         let passed = PassedThrough {
                             policy: Arc::clone(lean.name()),
                             reason: Some(p.reason()),
                         };
-                        (allowed(shared, &Figs::None, Some(passed), ""), None)
+                        allowed(shared, &Figs::None, Some(passed), "").boxed()
                     }
                     Verdict::Deny(d) => {
-                        let figures = Figs::One(lean.figures(0, d.retry_after_secs()));
                         let outcome = Outcome::Denied {
-                            figures,
+                            figures: Figs::One(lean.figures(0, d.retry_after_secs())),
                             denying: 0,
                             denied: d,
                             queue_full: false,
                         };
                         // Visible ASCII: the key as the extractor reads it.
-                        let key = String::from_utf8_lossy(key);
-                        let subject = Subject::new(key, "", "", "");
-                        (Extra::default(), Some((subject, outcome)))
+                        let subject = Subject::new(String::from_utf8_lossy(key), "", "", "");
+                        let grpc = is_grpc(req.headers());
+                        return ResponseFuture::ready(rejected(shared, &subject, outcome, grpc));
                     }
                 };
-                if let Some((subject, outcome)) = denied {
-                    let grpc = is_grpc(req.headers());
-                    return ResponseFuture::ready(rejected(shared, &subject, outcome, grpc));
-                }
-                return ResponseFuture::inner(self.inner.call(req), extra.boxed());
+                return ResponseFuture::inner(self.inner.call(req), extra);
             }
         }
         let shared = Arc::clone(&self.shared);
