@@ -21,18 +21,25 @@ pub(crate) struct Panel {
     seed: u64,
     /// Keys whose panel hash is above this are not sampled (the one compare on the hot path).
     threshold: AtomicU64,
-    /// `[fingerprint, allowed, denied]` per slot; fingerprint 0 = free.
+    /// `[fingerprint, allowed, denied]` per slot; fingerprint 0 = free. A power of two long,
+    /// so a key's slot is a mask of its hash, not a division: until the threshold has come
+    /// down to the panel's size (one halving per evaluation), every check of every key looks
+    /// its slot up, and a 64-bit division there cost more time than the rest of the check.
     slots: Box<[[AtomicU64; 3]]>,
+    /// `slots.len() - 1`.
+    mask: u64,
     k: usize,
 }
 
 impl Panel {
     pub(crate) fn new(k: usize, seed: u64) -> Self {
         let k = k.max(1);
+        let len = k.saturating_mul(SLOTS_PER_KEY).next_power_of_two();
         Self {
             seed,
             threshold: AtomicU64::new(u64::MAX),
-            slots: (0..k * SLOTS_PER_KEY).map(|_| Default::default()).collect(),
+            slots: (0..len).map(|_| Default::default()).collect(),
+            mask: len as u64 - 1,
             k,
         }
     }
@@ -63,7 +70,8 @@ impl Panel {
 
     #[cold]
     fn record_sampled(&self, h: u64, fp: u64, denied: bool) {
-        let slot = &self.slots[(h % self.slots.len() as u64) as usize];
+        // The low bits of `h`: membership is decided by its high bits.
+        let slot = &self.slots[(h & self.mask) as usize];
         let cur = slot[0].load(Ordering::Relaxed);
         let member = cur == fp
             || (cur == 0
