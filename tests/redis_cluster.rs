@@ -101,7 +101,12 @@ async fn exact_verdicts_for_hundreds_of_customers_on_every_master() {
                 other => panic!("{name}: {other:?}"),
             }
         }
-        let d = lim.check_key(name).await.unwrap().denied().expect("burst spent");
+        let d = lim
+            .check_key(name)
+            .await
+            .unwrap()
+            .denied()
+            .expect("burst spent");
         assert_eq!(
             (d.reason(), d.retry_after()),
             (DenyReason::Quota, Duration::from_millis(250)),
@@ -111,7 +116,10 @@ async fn exact_verdicts_for_hundreds_of_customers_on_every_master() {
     clock.advance(Duration::from_millis(250));
     for name in &customers {
         let v = lim.check_key(name).await.unwrap();
-        assert!(v.is_permitted(), "{name}: one unit back after 250 ms: {v:?}");
+        assert!(
+            v.is_permitted(),
+            "{name}: one unit back after 250 ms: {v:?}"
+        );
     }
     let s = lim.stats();
     assert_eq!(
@@ -126,7 +134,11 @@ async fn exact_verdicts_for_hundreds_of_customers_on_every_master() {
         *per_master.entry(p).or_default() += 1;
     }
     eprintln!("keys per master: {per_master:?}");
-    assert_eq!(per_master.len(), 3, "every master holds keys: {per_master:?}");
+    assert_eq!(
+        per_master.len(),
+        3,
+        "every master holds keys: {per_master:?}"
+    );
     assert_eq!(per_master.values().sum::<usize>(), customers.len());
 }
 
@@ -237,8 +249,24 @@ async fn seeds_with_a_database_other_than_0_are_refused_at_build() {
         .seed_urls(&["redis://127.0.0.1:7001/2"])
         .build()
         .unwrap_err();
-    assert!(
-        matches!(err, tollgate::BackendError::Cluster(_)),
-        "{err:?}"
-    );
+    assert!(matches!(err, tollgate::BackendError::Cluster(_)), "{err:?}");
+}
+
+/// One node's URL with a database other than 0: the node refuses `SELECT`, and no check could
+/// ever succeed. Every check says so with a typed error, never a fallback verdict.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_node_with_a_database_other_than_0_is_a_typed_error() {
+    let Some(c) = redis_cluster::shared("database") else {
+        return;
+    };
+    let url = format!("redis://127.0.0.1:{}/2", c.nodes[0].port);
+    let lim = builder(&url, "10/s", &prefix("db")).build().unwrap();
+    for _ in 0..3 {
+        let err = lim.check_key("x").await.unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "redis cluster: the url selects database 2, and a cluster has database 0 only"
+        );
+    }
+    assert_eq!(lim.stats().fallbacks(), 0);
 }

@@ -4,7 +4,6 @@ use core::fmt;
 use core::time::Duration;
 use std::sync::Arc;
 
-use crate::sync::RwLock;
 use super::breaker::{BreakerConfig, Breakers};
 use super::cache::DenyCache;
 use super::conn::{self, Backend};
@@ -19,6 +18,7 @@ use crate::engine::gcra::Per;
 use crate::engine::quota::Quota;
 use crate::limiter::keyed::KeyedRateLimiter;
 use crate::safety::fault::FaultDetector;
+use crate::sync::RwLock;
 
 /// What a check answers when Redis cannot decide it: the server is down (connection refused
 /// or lost), slower than the deadline, or the breaker is open; or it answered an error (a

@@ -7,8 +7,8 @@ use crate::sync::atomic::AtomicU64;
 use redis::RedisError;
 
 use super::breaker::Permit;
-use super::conn::{self, Con};
 use super::builder::FailurePolicy;
+use super::conn::{self, Con};
 use super::error::BackendError;
 use super::key::{self, MAX_KEY_BYTES};
 use super::limit::{Limit, MAX_NOW_US};
@@ -83,6 +83,13 @@ impl SharedRateLimiter {
         if reloaded {
             bump(&inner.counters.script_reloads, 1);
         }
+        if inner.backend.is_cluster() {
+            match &outcome {
+                Ok(Ok(_)) => inner.backend.cluster_ok(),
+                Err(_) => inner.backend.cluster_timed_out(),
+                Ok(Err(_)) => {}
+            }
+        }
         let fault = match outcome {
             Ok(Ok(Ok(reply))) => {
                 breaker.success(real.now_nanos(), permit);
@@ -133,6 +140,9 @@ impl SharedRateLimiter {
                 match first {
                     Err(e) if conn::is_cluster_reply(&e) => {
                         inner.backend.to_cluster().map_err(Attempt::Config)?
+                    }
+                    Err(e) if conn::is_select_refused(&e) => {
+                        return Err(Attempt::Config(inner.backend.no_cluster()));
                     }
                     other => return other.map_err(Attempt::Redis),
                 }

@@ -5,7 +5,6 @@ use core::fmt;
 use core::time::Duration;
 use std::sync::Arc;
 
-use crate::sync::RwLock;
 use super::breaker::Breakers;
 use super::builder::{local_quota, FailurePolicy, SharedRateLimiterBuilder};
 use super::cache::DenyCache;
@@ -21,6 +20,7 @@ use crate::engine::quota::Quota;
 use crate::engine::verdict::{Denied, DenyReason, PassThrough, Shadow, Verdict};
 use crate::limiter::keyed::KeyedRateLimiter;
 use crate::safety::fault::FaultDetector;
+use crate::sync::RwLock;
 
 /// A rate limiter whose state lives in Redis, so that every instance of a service enforces
 /// one limit together: the keyed limiter's semantics (GCRA, exact retry-after, the fill level
@@ -464,6 +464,7 @@ impl fmt::Debug for SharedRateLimiter {
             .field("deadline", &inner.deadline)
             .field("failure", &inner.failure)
             .field("cluster", &inner.backend.is_cluster())
+            .field("cluster_renewals", &inner.backend.renewals())
             .field("breakers_open", &inner.breakers.open_count())
             .field("detector", &inner.detector.is_some())
             .field("stats", &self.stats())

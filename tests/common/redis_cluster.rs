@@ -102,6 +102,9 @@ impl Cluster {
                 .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
                 .args(["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"])
                 .args(["--cluster-config-file", "nodes.conf"])
+                // A replica syncs at once (the default waits 5 s for more replicas): one that
+                // never synced cannot take over its master.
+                .args(["--repl-diskless-sync-delay", "0"])
                 .arg("--dir")
                 .arg(&dir)
                 .stdout(Stdio::null())
@@ -145,7 +148,7 @@ impl Cluster {
     }
 
     /// Waits until every live node says `cluster_state:ok`, knows all 16384 slots as ok, and
-    /// agrees with the others on the masters.
+    /// agrees with the others on the masters, and every replica has synced with its master.
     pub fn wait_ok(&self, within: Duration) -> Result<(), String> {
         wait_until(within, || {
             let live: Vec<&Node> = self.nodes.iter().filter(|n| n.alive()).collect();
@@ -155,7 +158,12 @@ impl Cluster {
                 })
             });
             let views: Vec<Vec<u16>> = live.iter().map(|n| masters_seen_by(n.port)).collect();
-            ok && views.windows(2).all(|w| w[0] == w[1])
+            let synced = live.iter().all(|n| {
+                replication(n.port).is_some_and(|i| {
+                    i.contains("role:master") || i.contains("master_link_status:up")
+                })
+            });
+            ok && synced && views.windows(2).all(|w| w[0] == w[1])
         })
     }
 
@@ -260,13 +268,17 @@ pub fn connection(port: u16) -> redis::Connection {
 }
 
 fn ping(port: u16) -> bool {
-    try_connection(port)
-        .is_some_and(|mut c| redis::cmd("PING").query::<String>(&mut c).is_ok())
+    try_connection(port).is_some_and(|mut c| redis::cmd("PING").query::<String>(&mut c).is_ok())
 }
 
 fn info(port: u16) -> Option<String> {
     let mut c = try_connection(port)?;
     redis::cmd("CLUSTER").arg("INFO").query(&mut c).ok()
+}
+
+fn replication(port: u16) -> Option<String> {
+    let mut c = try_connection(port)?;
+    redis::cmd("INFO").arg("replication").query(&mut c).ok()
 }
 
 /// The ports of the masters that own slots, in `CLUSTER NODES` of the node on `port`.
