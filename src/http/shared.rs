@@ -109,8 +109,9 @@ impl SharedRateLimiter {
                 Err(SourceError::InsufficientCapacity(ic))
             }
             Err(BackendError::KeyTooLong { len, max }) => Err(SourceError::KeyTooLong { len, max }),
-            // No other error comes out of a check (backend faults are the failure policy's
-            // verdicts); kept for the variants a later version may add.
+            // Backend faults are the failure policy's verdicts, not errors; what else comes out
+            // of a check is configuration no retry fixes (a cluster behind a URL that cannot
+            // reach one: `BackendError::Cluster`).
             Err(e) => Err(SourceError::Backend(Box::new(e))),
         }
     }

@@ -16,6 +16,7 @@ use std::hash::BuildHasher;
 
 use crate::sync::Mutex;
 
+use super::key::SLOTS;
 use crate::engine::clock::saturating_nanos;
 
 /// When the breaker opens and how long it stays open.
@@ -323,6 +324,48 @@ impl Breaker {
         }
         s.calls = s.calls.saturating_add(1);
         s.failures = s.failures.saturating_add(u32::from(failed));
+    }
+}
+
+/// How many breakers a limiter in cluster mode has: one per range of
+/// `16384 / BREAKER_RANGES` = 256 slots. Finer than a shard (a 3-master cluster splits at
+/// slots 5461 and 10923, so 2 of the 64 ranges straddle two shards), coarse enough that a
+/// range sees enough calls to judge its shard.
+pub(crate) const BREAKER_RANGES: usize = 64;
+
+/// The breakers of a limiter: one per slot range in cluster mode, so that one sick shard sends
+/// only its own customers to the failure policy; one server uses the first alone.
+#[derive(Debug)]
+pub(crate) struct Breakers {
+    ranges: Vec<Breaker>,
+}
+
+impl Breakers {
+    pub(crate) fn new(config: BreakerConfig) -> Self {
+        Self {
+            ranges: (0..BREAKER_RANGES).map(|_| Breaker::new(config)).collect(),
+        }
+    }
+
+    /// The breaker of `slot` (`None`: one server, the first breaker).
+    pub(crate) fn of(&self, slot: Option<u16>) -> &Breaker {
+        let i = slot.map_or(0, |s| usize::from(s) * BREAKER_RANGES / usize::from(SLOTS));
+        &self.ranges[i.min(BREAKER_RANGES - 1)]
+    }
+
+    /// How many times any of them opened.
+    pub(crate) fn opened(&self) -> u64 {
+        self.ranges.iter().map(Breaker::opened).sum()
+    }
+
+    /// `true` while any of them is open or half-open.
+    pub(crate) fn is_open(&self) -> bool {
+        self.ranges.iter().any(Breaker::is_open)
+    }
+
+    /// How many are open or half-open.
+    pub(crate) fn open_count(&self) -> usize {
+        self.ranges.iter().filter(|b| b.is_open()).count()
     }
 }
 

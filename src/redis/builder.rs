@@ -4,11 +4,9 @@ use core::fmt;
 use core::time::Duration;
 use std::sync::Arc;
 
-use crate::sync::RwLock;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-
-use super::breaker::{Breaker, BreakerConfig};
+use super::breaker::{BreakerConfig, Breakers};
 use super::cache::DenyCache;
+use super::conn::{self, Backend};
 use super::error::BackendError;
 use super::key;
 use super::limit::Limit;
@@ -20,6 +18,7 @@ use crate::engine::gcra::Per;
 use crate::engine::quota::Quota;
 use crate::limiter::keyed::KeyedRateLimiter;
 use crate::safety::fault::FaultDetector;
+use crate::sync::RwLock;
 
 /// What a check answers when Redis cannot decide it: the server is down (connection refused
 /// or lost), slower than the deadline, or the breaker is open; or it answered an error (a
@@ -53,6 +52,7 @@ pub enum FailurePolicy {
 #[must_use = "call .build() to get the limiter"]
 pub struct SharedRateLimiterBuilder {
     url: String,
+    seeds: Vec<String>,
     prefix: String,
     limits: Vec<(String, Quota)>,
     clock: Option<Clock>,
@@ -68,7 +68,9 @@ pub struct SharedRateLimiterBuilder {
 
 impl fmt::Debug for SharedRateLimiterBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // URLs may carry a password: their count only.
         f.debug_struct("SharedRateLimiterBuilder")
+            .field("seeds", &self.seeds.len())
             .field("prefix", &self.prefix)
             .field("limits", &self.limits)
             .field("client_clock", &self.clock.is_some())
@@ -86,6 +88,7 @@ impl SharedRateLimiterBuilder {
     pub(crate) fn new(quota: Quota, url: &str) -> Self {
         Self {
             url: url.to_owned(),
+            seeds: Vec::new(),
             prefix: "tollgate".to_owned(),
             limits: vec![("default".to_owned(), quota)],
             clock: None,
@@ -98,6 +101,29 @@ impl SharedRateLimiterBuilder {
             deny_cache: 4096,
             detector: None,
         }
+    }
+
+    /// More nodes of the same Redis Cluster to start from, beside the builder's URL: with
+    /// seeds the limiter is in cluster mode from its first call, and finds the cluster as
+    /// long as one of the URLs answers. Without seeds, one URL suffices for a cluster too:
+    /// any node, master or replica (the first cluster reply switches the limiter to cluster
+    /// mode, see [`SharedRateLimiter::cluster_mode`]). All URLs share the password, user and
+    /// TLS mode, and select database 0.
+    ///
+    /// ```
+    /// use tollgate::SharedRateLimiter;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let lim = SharedRateLimiter::builder("100/s".parse()?, "redis://10.0.0.5:6379/")
+    ///     .seed_urls(&["redis://10.0.0.6:6379/", "redis://10.0.0.7:6379/"])
+    ///     .build()?; // connects lazily
+    /// assert!(lim.cluster_mode());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn seed_urls(mut self, urls: &[&str]) -> Self {
+        self.seeds.extend(urls.iter().map(|u| (*u).to_owned()));
+        self
     }
 
     /// The first part of every key (default `"tollgate"`): 1 to 64 bytes without `{` or `}`.
@@ -216,15 +242,16 @@ impl SharedRateLimiterBuilder {
     }
 
     /// Builds the limiter. It connects lazily, so Redis need not be up yet: until it is,
-    /// checks answer by the failure policy.
+    /// checks answer by the failure policy. Whether Redis is one server or a cluster is found
+    /// on the first calls (see [`seed_urls`](Self::seed_urls)).
     ///
     /// # Errors
     ///
     /// [`BackendError::InvalidName`], [`BackendError::ColonInPolicy`],
     /// [`BackendError::DuplicatePolicy`],
     /// [`BackendError::InvalidShare`], [`BackendError::InvalidSetting`] for bad settings,
-    /// [`BackendError::Client`] for a URL that does not parse, [`BackendError::NoRuntime`]
-    /// outside a tokio runtime.
+    /// [`BackendError::Client`] for a URL that does not parse, [`BackendError::Cluster`] for
+    /// seeds that cannot reach a cluster, [`BackendError::NoRuntime`] outside a tokio runtime.
     pub fn build(self) -> Result<SharedRateLimiter, BackendError> {
         if !key::valid_name(&self.prefix) {
             return Err(BackendError::InvalidName {
@@ -257,17 +284,9 @@ impl SharedRateLimiterBuilder {
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(BackendError::NoRuntime);
         }
-        let client = redis::Client::open(self.url.as_str()).map_err(BackendError::Client)?;
-        // Reconnects are paced by the breaker (only probes call while it is open), so each
-        // reconnect is one attempt with no backoff of its own: no storm when the server comes
-        // back, and with no server the call that waits on the reconnect (see `decide`) is
-        // refused at once. A backoff here (50 ms and more) outlasted the deadline, and every
-        // call of an outage counted as a timeout.
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(1)))
-            .set_number_of_retries(0);
-        let con = ConnectionManager::new_lazy_with_config(client, config)
-            .map_err(BackendError::Client)?;
+        let mut urls = vec![self.url];
+        urls.extend(self.seeds);
+        let backend = Backend::new(conn::clients(&urls, self.deadline)?)?;
         let local_clock = self.clock.clone().unwrap_or_default();
         let default_ttl = match self.clock {
             Some(_) => Duration::from_secs(60),
@@ -315,7 +334,7 @@ impl SharedRateLimiterBuilder {
         };
         Ok(SharedRateLimiter {
             inner: Arc::new(Inner {
-                con,
+                backend,
                 script: GcraScript::new(),
                 prefix: self.prefix,
                 policies,
@@ -325,7 +344,7 @@ impl SharedRateLimiterBuilder {
                 deadline: self.deadline,
                 min_ttl_ms,
                 retry_closed: self.breaker.first_cool_down(),
-                breaker: Breaker::new(self.breaker),
+                breakers: Breakers::new(self.breaker),
                 failure: self.failure,
                 share: self.share,
                 cache: DenyCache::new(self.deny_cache),

@@ -8,8 +8,9 @@ use redis::RedisError;
 
 use super::breaker::Permit;
 use super::builder::FailurePolicy;
+use super::conn::{self, Con};
 use super::error::BackendError;
-use super::key::MAX_KEY_BYTES;
+use super::key::{self, MAX_KEY_BYTES};
 use super::limit::{Limit, MAX_NOW_US};
 use super::limiter::SharedRateLimiter;
 use super::script::{Call, Reply};
@@ -58,13 +59,15 @@ impl SharedRateLimiter {
             }
             None => None,
         };
+        let keys = self.keys(key);
         let real = Clock::os();
-        let permit = inner.breaker.permit(real.now_nanos());
+        let cluster = inner.backend.is_cluster();
+        let breaker = inner.breakers.of(cluster.then(|| key::slot(&keys[0])));
+        let permit = breaker.permit(real.now_nanos());
         if permit == Permit::Reject {
             bump(&inner.counters.breaker_rejected, 1);
             return Ok(self.fallback(key, n, charge));
         }
-        let keys = self.keys(key);
         let call = Call {
             keys: &keys,
             now,
@@ -72,39 +75,88 @@ impl SharedRateLimiter {
             min_ttl_ms: inner.min_ttl_ms,
             limits: &args,
         };
-        let mut con = inner.con.clone();
         let mut reloaded = false;
+        let mut routed = false;
         bump(&inner.counters.round_trips, 1);
-        // A call that finds the connection lost starts a reconnect and fails at once; it tries
-        // once more on the new connection, within the same deadline, so the first probe after
-        // a restart succeeds rather than the one after it. The reconnect is one attempt with
-        // no backoff (see the builder): with no server, the retry is refused at once too.
-        let attempt = async {
-            match inner.script.run(&mut con, &call, &mut reloaded).await {
-                Err(e) if e.is_io_error() || e.is_connection_dropped() => {
-                    inner.script.run(&mut con, &call, &mut reloaded).await
-                }
-                other => other,
-            }
-        };
+        let attempt = self.attempt(&call, &mut reloaded, &mut routed);
         let outcome = tokio::time::timeout(inner.deadline, attempt).await;
         if reloaded {
             bump(&inner.counters.script_reloads, 1);
         }
+        if inner.backend.is_cluster() {
+            match &outcome {
+                Ok(Ok(_)) => inner.backend.cluster_ok(),
+                Err(_) => inner.backend.cluster_timed_out(),
+                Ok(Err(_)) => {}
+            }
+        }
         let fault = match outcome {
             Ok(Ok(Ok(reply))) => {
-                inner.breaker.success(real.now_nanos(), permit);
+                breaker.success(real.now_nanos(), permit);
                 return Ok(self.verdict(key, &limits, &args, reply, local_now));
             }
+            Ok(Err(Attempt::Config(e))) => return Err(e),
             // A reply the script never gives (a proxy in between, another script under the
             // same SHA) decides nothing: a backend fault, answered like Redis being down.
             Ok(Ok(Err(_unexpected))) => &inner.counters.errors,
-            Ok(Err(e)) => fault(&inner.counters, &e),
+            Ok(Err(Attempt::Redis(e))) => fault(&inner.counters, &e),
+            // Still being redirected at the deadline (a slot in migration): Redis did not
+            // decide in time, but no node failed, so the breaker is not told.
+            Err(_) if routed => {
+                bump(&inner.counters.timeouts, 1);
+                return Ok(self.fallback(key, n, charge));
+            }
             Err(_) => &inner.counters.timeouts,
         };
-        inner.breaker.failure(real.now_nanos(), permit);
+        breaker.failure(real.now_nanos(), permit);
         bump(fault, 1);
         Ok(self.fallback(key, n, charge))
+    }
+
+    /// One call, until Redis decides or fails, with no deadline of its own (the caller's cuts
+    /// it). One server: a call that finds the connection lost starts a reconnect and fails at
+    /// once, so it tries once more on the new connection, and the first probe after a restart
+    /// succeeds rather than the one after it (the reconnect is one attempt with no backoff: with
+    /// no server, the retry is refused at once too); a cluster reply switches to cluster mode
+    /// and sends the call again there. A cluster: the client follows redirections itself, and
+    /// one that outlives its retries (`routed`) is sent again, as routing is not failure.
+    async fn attempt(
+        &self,
+        call: &Call<'_>,
+        reloaded: &mut bool,
+        routed: &mut bool,
+    ) -> Result<Result<Reply, String>, Attempt> {
+        let inner = &*self.inner;
+        let script = &inner.script;
+        let mut cluster = match inner.backend.con().map_err(Attempt::Config)? {
+            Con::Cluster(c) => c,
+            Con::Standalone(mut con) => {
+                let first = match script.run(&mut con, call, reloaded).await {
+                    Err(e) if e.is_io_error() || e.is_connection_dropped() => {
+                        script.run(&mut con, call, reloaded).await
+                    }
+                    other => other,
+                };
+                match first {
+                    Err(e) if conn::is_cluster_reply(&e) => {
+                        inner.backend.to_cluster().map_err(Attempt::Config)?
+                    }
+                    Err(e) if conn::is_select_refused(&e) => {
+                        return Err(Attempt::Config(inner.backend.no_cluster()));
+                    }
+                    other => return other.map_err(Attempt::Redis),
+                }
+            }
+        };
+        loop {
+            match script.run(&mut cluster, call, reloaded).await {
+                Err(e) if conn::is_routing(&e) => {
+                    *routed = true;
+                    tokio::time::sleep(core::time::Duration::from_millis(1)).await;
+                }
+                other => return other.map_err(Attempt::Redis),
+            }
+        }
     }
 
     /// The verdict for the script's reply, remembering denials in the deny cache.
@@ -228,6 +280,14 @@ fn fault<'a>(c: &'a Counters, e: &RedisError) -> &'a AtomicU64 {
     } else {
         &c.errors
     }
+}
+
+/// Why an attempt ended without a reply.
+enum Attempt {
+    /// A fault of Redis (or of the way to it): the failure policy answers.
+    Redis(RedisError),
+    /// A configuration that cannot work (a cluster behind a URL that cannot reach one).
+    Config(BackendError),
 }
 
 fn deny_us(retry_us: u64, reason: DenyReason) -> Verdict {

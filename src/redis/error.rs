@@ -82,6 +82,31 @@ pub enum BackendError {
     /// The Redis URL does not parse, or the client could not be set up.
     #[error("redis client: {0}")]
     Client(#[source] redis::RedisError),
+    /// A cluster node answered (`MOVED`, `CLUSTERDOWN`, …) but these URLs cannot reach a
+    /// cluster (a database other than 0, a Unix socket), or [`seed_urls`] were given that
+    /// cannot. Returned by every check until the configuration is fixed: never fallback
+    /// verdicts.
+    ///
+    /// [`seed_urls`]: crate::SharedRateLimiterBuilder::seed_urls
+    ///
+    /// ```
+    /// use tollgate::{BackendError, SharedRateLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let err = SharedRateLimiter::builder("10/s".parse()?, "redis://127.0.0.1:7000/3")
+    ///     .seed_urls(&["redis://127.0.0.1:7001/3"])
+    ///     .build()
+    ///     .unwrap_err();
+    /// assert_eq!(
+    ///     err.to_string(),
+    ///     "redis cluster: the url selects database 3, and a cluster has database 0 only"
+    /// );
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[error("redis cluster: {0}")]
+    Cluster(String),
     /// The script answered something it never answers (a proxy in between). Checks no longer
     /// return it: such a reply is a backend fault, answered by the
     /// [`FailurePolicy`](crate::FailurePolicy) and counted in

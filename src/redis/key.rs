@@ -50,9 +50,29 @@ pub(crate) fn key(head: &[u8], customer: &[u8]) -> Vec<u8> {
     k
 }
 
+/// How many slots a Redis Cluster has.
+pub(crate) const SLOTS: u16 = 16384;
+
+/// The cluster slot of `key`: CRC16 (XMODEM) of its hash tag, modulo 16384 — what Redis
+/// computes (`CLUSTER KEYSLOT`). The `redis` crate routes by it but does not expose it; the
+/// limiter needs it only to pick a breaker.
+pub(crate) fn slot(key: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &b in hash_tag(key) {
+        crc ^= u16::from(b) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % SLOTS
+}
+
 /// The hash tag Redis Cluster hashes `key` by: the bytes between the first `{` and the next
 /// `}` when they are not empty, else the whole key.
-#[cfg(test)]
 pub(crate) fn hash_tag(key: &[u8]) -> &[u8] {
     if let Some(open) = key.iter().position(|&b| b == b'{') {
         if let Some(len) = key[open + 1..].iter().position(|&b| b == b'}') {
@@ -120,6 +140,29 @@ mod tests {
         let (prefix, policy) = before.rsplit_once(':').unwrap();
         (prefix, policy, &k[open..])
     }
+
+    /// The reference value of the Redis Cluster specification (CRC16 of `123456789` is
+    /// 0x31C3) and slots `CLUSTER KEYSLOT` gave on Redis 7.0.15.
+    #[test]
+    fn slots_are_those_redis_computes() {
+        assert_eq!(slot(b"123456789"), 0x31C3);
+        for (k, want) in REDIS_KEYSLOTS {
+            assert_eq!(slot(k), *want, "{:?}", String::from_utf8_lossy(k));
+        }
+    }
+
+    const REDIS_KEYSLOTS: &[(&[u8], u16)] = &[
+        (b"foo", 12182),
+        (b"somekey", 11058),
+        (b"{user1000}.following", 3443),
+        (b"tollgate:default:{alice}", 749),
+        (b"gw:api:{c%7D7}", 15244),
+        (b"x{}y", 16116),
+        (b"{a}{b}", 15495),
+        (b"a{b", 13340),
+        (b"%", 13511),
+        (b"tg:api:{%}", 13511),
+    ];
 
     #[test]
     fn names_with_braces_are_refused() {

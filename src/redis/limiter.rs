@@ -5,12 +5,10 @@ use core::fmt;
 use core::time::Duration;
 use std::sync::Arc;
 
-use crate::sync::RwLock;
-use redis::aio::ConnectionManager;
-
-use super::breaker::Breaker;
+use super::breaker::Breakers;
 use super::builder::{local_quota, FailurePolicy, SharedRateLimiterBuilder};
 use super::cache::DenyCache;
+use super::conn::Backend;
 use super::error::BackendError;
 use super::key::{self, MAX_KEY_BYTES};
 use super::limit::Limit;
@@ -22,6 +20,7 @@ use crate::engine::quota::Quota;
 use crate::engine::verdict::{Denied, DenyReason, PassThrough, Shadow, Verdict};
 use crate::limiter::keyed::KeyedRateLimiter;
 use crate::safety::fault::FaultDetector;
+use crate::sync::RwLock;
 
 /// A rate limiter whose state lives in Redis, so that every instance of a service enforces
 /// one limit together: the keyed limiter's semantics (GCRA, exact retry-after, the fill level
@@ -95,7 +94,8 @@ pub(crate) struct Policy {
 }
 
 pub(crate) struct Inner {
-    pub(crate) con: ConnectionManager,
+    /// One server, or a cluster once one answered (see `conn.rs`).
+    pub(crate) backend: Backend,
     pub(crate) script: GcraScript,
     pub(crate) prefix: String,
     pub(crate) policies: Vec<Policy>,
@@ -109,7 +109,8 @@ pub(crate) struct Inner {
     /// The least PX TTL (ms): 0 on server time, a floor with a client clock.
     pub(crate) min_ttl_ms: u64,
     pub(crate) retry_closed: Duration,
-    pub(crate) breaker: Breaker,
+    /// One per slot range in cluster mode; one server uses the first.
+    pub(crate) breakers: Breakers,
     pub(crate) failure: FailurePolicy,
     pub(crate) share: f64,
     pub(crate) cache: DenyCache,
@@ -342,7 +343,7 @@ impl SharedRateLimiter {
     /// # }
     /// ```
     pub fn stats(&self) -> SharedStats {
-        self.inner.counters.snapshot(self.inner.breaker.opened())
+        self.inner.counters.snapshot(self.inner.breakers.opened())
     }
 
     /// The fault detector attached with [`SharedRateLimiterBuilder::detector`], if any (to
@@ -352,9 +353,31 @@ impl SharedRateLimiter {
     }
 
     /// `true` while the circuit breaker is open or half-open (checks answer by the failure
-    /// policy, but for one probe at a time).
+    /// policy, but for one probe at a time). In cluster mode, while the breaker of any slot
+    /// range is: each range of 256 slots has its own, so one sick shard sends only its own
+    /// customers to the failure policy.
     pub fn breaker_open(&self) -> bool {
-        self.inner.breaker.is_open()
+        self.inner.breakers.is_open()
+    }
+
+    /// `true` once this limiter talks to a Redis Cluster: from its first call with
+    /// [`seed_urls`](SharedRateLimiterBuilder::seed_urls), else from the first cluster reply
+    /// (`MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`) its one URL gave. The mode is discovered,
+    /// never configured, and never switches back.
+    ///
+    /// ```
+    /// # use tollgate::SharedRateLimiter;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let lim = SharedRateLimiter::builder("10/s".parse()?, "redis://127.0.0.1:7000/")
+    ///     .seed_urls(&["redis://127.0.0.1:7001/", "redis://127.0.0.1:7002/"])
+    ///     .build()?; // connects lazily
+    /// assert!(lim.cluster_mode(), "seeds: a cluster from the start");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn cluster_mode(&self) -> bool {
+        self.inner.backend.is_cluster()
     }
 
     /// The local fallback limiter of the limit named `policy`, if the failure policy is
@@ -440,7 +463,9 @@ impl fmt::Debug for SharedRateLimiter {
             .field("client_clock", &inner.clock.is_some())
             .field("deadline", &inner.deadline)
             .field("failure", &inner.failure)
-            .field("breaker_open", &inner.breaker.is_open())
+            .field("cluster", &inner.backend.is_cluster())
+            .field("cluster_renewals", &inner.backend.renewals())
+            .field("breakers_open", &inner.breakers.open_count())
             .field("detector", &inner.detector.is_some())
             .field("stats", &self.stats())
             .finish_non_exhaustive()

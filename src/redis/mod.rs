@@ -6,6 +6,7 @@
 pub(crate) mod breaker;
 pub(crate) mod builder;
 pub(crate) mod cache;
+pub(crate) mod conn;
 pub(crate) mod decide;
 pub(crate) mod error;
 pub(crate) mod key;

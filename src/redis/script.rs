@@ -1,7 +1,11 @@
 //! The Lua GCRA (`gcra.lua`) and one call of it: `EVALSHA`, and on `NOSCRIPT` (a restarted
-//! server, a `SCRIPT FLUSH`, a failover) `SCRIPT LOAD` and `EVALSHA` again, transparently.
+//! server, a `SCRIPT FLUSH`, a replica promoted by a failover that never had it) `EVAL` with
+//! the body, transparently. `EVAL` is routed by the first key like `EVALSHA`, so in a cluster
+//! it reaches the node that lacks the script, and it leaves the script in that node's cache:
+//! the next `EVALSHA` there finds it. (A `SCRIPT LOAD` sent to every node would fail while any
+//! node is down, which is when a promoted replica needs it.)
 
-use redis::aio::ConnectionManager;
+use redis::aio::ConnectionLike;
 use redis::{ErrorKind, RedisError, ServerErrorKind};
 
 /// The script's source.
@@ -52,41 +56,43 @@ impl GcraScript {
         self.script.get_hash()
     }
 
-    /// Runs the call; `reloaded` is set when the server had lost the script.
-    pub(crate) async fn run(
+    /// Runs the call on `con` (one server or a cluster); `reloaded` is set when the server had
+    /// lost the script.
+    pub(crate) async fn run<C: ConnectionLike + Send>(
         &self,
-        con: &mut ConnectionManager,
+        con: &mut C,
         call: &Call<'_>,
         reloaded: &mut bool,
     ) -> Result<Result<Reply, String>, RedisError> {
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(self.hash()).arg(call.keys.len());
-        for k in call.keys {
-            cmd.arg(&k[..]);
-        }
-        match call.now {
-            Some(now) => cmd.arg(now),
-            None => cmd.arg(""),
-        };
-        cmd.arg(if call.charge { "1" } else { "0" });
-        cmd.arg(call.min_ttl_ms);
-        for &(w, tau) in call.limits {
-            cmd.arg(w).arg(tau);
-        }
-        let raw: Vec<i64> = match cmd.query_async(con).await {
+        let sha = self.hash();
+        let raw: Vec<i64> = match command("EVALSHA", sha, call).query_async(con).await {
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                 *reloaded = true;
-                redis::cmd("SCRIPT")
-                    .arg("LOAD")
-                    .arg(SOURCE)
-                    .query_async::<String>(con)
-                    .await?;
-                cmd.query_async(con).await?
+                command("EVAL", SOURCE, call).query_async(con).await?
             }
             other => other?,
         };
         Ok(parse(&raw, call.keys.len()))
     }
+}
+
+/// `EVALSHA sha` or `EVAL source`, then the call's keys and arguments.
+fn command(name: &str, script: &str, call: &Call<'_>) -> redis::Cmd {
+    let mut cmd = redis::cmd(name);
+    cmd.arg(script).arg(call.keys.len());
+    for k in call.keys {
+        cmd.arg(&k[..]);
+    }
+    match call.now {
+        Some(now) => cmd.arg(now),
+        None => cmd.arg(""),
+    };
+    cmd.arg(if call.charge { "1" } else { "0" });
+    cmd.arg(call.min_ttl_ms);
+    for &(w, tau) in call.limits {
+        cmd.arg(w).arg(tau);
+    }
+    cmd
 }
 
 /// Reads the script's reply: `{code, now, ahead_1..ahead_n, corrupt}`.
