@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# SharedRateLimiter's checks per second on a Redis Cluster beside one server, in one run, with
+# redis-benchmark's figure for the same EVALSHA on each (its --cluster mode routes by key too).
+#
+#   benches/redis_cluster.sh                 # 3 masters (no replicas) + one server, free ports
+#   CHECKS=100000 ROUNDS=5 benches/redis_cluster.sh
+#
+# Customers drawn from 100,000 (hash tags spread them over every master), quota 100/s each:
+# nearly every check is allowed, one round trip each. On one machine the cluster's three
+# servers share its cores with the client, so the figure says what routing costs the client,
+# not what three machines would serve.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+CHECKS=${CHECKS:-50000}
+ROUNDS=${ROUNDS:-3}
+DIR=$(mktemp -d /tmp/tollgate-bench-cluster.XXXXXX)
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$DIR"; }
+trap cleanup EXIT
+
+start() { # port [extra args...]
+  local port=$1; shift
+  mkdir -p "$DIR/$port"
+  (cd "$DIR/$port" && exec redis-server --port "$port" --bind 127.0.0.1 --save '' \
+    --appendonly no --logfile "$DIR/$port/log" "$@") &
+  PIDS+=($!)
+  for _ in $(seq 100); do redis-cli -p "$port" ping 2>/dev/null | grep -q PONG && return; sleep 0.1; done
+  echo "redis-server on $port did not start" >&2; exit 1
+}
+
+SINGLE=$(free_port); start "$SINGLE"
+NODES=()
+for _ in 1 2 3; do
+  p=$(free_port); bus=$(free_port)
+  start "$p" --cluster-enabled yes --cluster-port "$bus" --cluster-node-timeout 2000 \
+    --cluster-config-file nodes.conf
+  NODES+=("127.0.0.1:$p")
+done
+redis-cli --cluster create "${NODES[@]}" --cluster-replicas 0 --cluster-yes >/dev/null
+FIRST=${NODES[0]#127.0.0.1:}
+for _ in $(seq 100); do
+  ok=1
+  for n in "${NODES[@]}"; do
+    redis-cli -p "${n#127.0.0.1:}" cluster info | grep -q 'cluster_state:ok' || ok=0
+  done
+  [ "$ok" = 1 ] && break; sleep 0.1
+done
+
+BIN=$(cargo bench --quiet --features redis --no-run --bench redis --message-format=json \
+  | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
+SCRIPT="$(cat src/redis/gcra.lua)"
+SHA=$(redis-cli -p "$SINGLE" SCRIPT LOAD "$SCRIPT")
+for n in "${NODES[@]}"; do redis-cli -p "${n#127.0.0.1:}" SCRIPT LOAD "$SCRIPT" >/dev/null; done
+echo "redis-server $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p'): one server on $SINGLE, a cluster of 3 masters from $FIRST; $CHECKS checks per row, $ROUNDS rounds"
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+
+flush() { redis-cli -p "$SINGLE" FLUSHALL >/dev/null; for n in "${NODES[@]}"; do redis-cli -p "${n#127.0.0.1:}" FLUSHALL >/dev/null; done; }
+tollgate() { # url tasks -> rps
+  flush
+  "$BIN" "$1" "$2" "$CHECKS" | sed -n 's/.*rps=\([0-9]*\).*fallbacks=\([0-9]*\).*/\1 \2/p'
+}
+bench() { # port tasks [--cluster] -> rps
+  flush
+  redis-benchmark -p "$1" -c "$2" -n "$CHECKS" -r 100000 --csv $3 \
+    EVALSHA "$SHA" 1 'bench:rb:{__rand_int__}' '' 1 0 10000 1000000 | tail -n 1 |
+    awk -F, '{ gsub(/"/, ""); print int($2) }'
+}
+median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+for tasks in 1 64; do
+  one=(); clu=(); rb1=(); rbc=()
+  for round in $(seq "$ROUNDS"); do
+    read -r a fa <<<"$(tollgate "redis://127.0.0.1:$SINGLE/" "$tasks")"
+    read -r b fb <<<"$(tollgate "redis://$FIRST/" "$tasks")"
+    c=$(bench "$SINGLE" "$tasks"); d=$(bench "$FIRST" "$tasks" --cluster)
+    [ "$fa" = 0 ] && [ "$fb" = 0 ] || { echo "fallbacks: one server $fa, cluster $fb" >&2; exit 1; }
+    echo "tasks=$tasks round=$round tollgate: one server $a/s, cluster $b/s | redis-benchmark: one server $c/s, cluster $d/s"
+    one+=("$a"); clu+=("$b"); rb1+=("$c"); rbc+=("$d")
+  done
+  m1=$(printf '%s\n' "${one[@]}" | median); mc=$(printf '%s\n' "${clu[@]}" | median)
+  r1=$(printf '%s\n' "${rb1[@]}" | median); rc=$(printf '%s\n' "${rbc[@]}" | median)
+  echo "tasks=$tasks median: tollgate one server $m1/s, cluster $mc/s (cluster ÷ one $(python3 -c "print(f'{$mc/$m1:.2f}')")); redis-benchmark one server $r1/s, cluster $rc/s"
+done
