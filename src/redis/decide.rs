@@ -81,7 +81,10 @@ impl SharedRateLimiter {
         // no backoff (see the builder): with no server, the retry is refused at once too.
         let attempt = async {
             match inner.script.run(&mut con, &call, &mut reloaded).await {
-                Err(e) if e.is_io_error() || e.is_connection_dropped() => {
+                Err(e)
+                    if (e.is_io_error() || e.is_connection_dropped())
+                        && BackendError::misconfiguration(&e).is_none() =>
+                {
                     inner.script.run(&mut con, &call, &mut reloaded).await
                 }
                 other => other,
@@ -99,7 +102,18 @@ impl SharedRateLimiter {
             // A reply the script never gives (a proxy in between, another script under the
             // same SHA) decides nothing: a backend fault, answered like Redis being down.
             Ok(Ok(Err(_unexpected))) => &inner.counters.errors,
-            Ok(Err(e)) => fault(&inner.counters, &e),
+            Ok(Err(e)) => {
+                if let Some((err, count)) = misconfigured(&inner.counters, &e) {
+                    // Redis is there and answered: no outage, so the breaker hears a success
+                    // (a probe closes it, and every later check meets the error too) and the
+                    // failure policy is not asked — its verdicts would hide a fault that no
+                    // waiting repairs.
+                    inner.breaker.success(real.now_nanos(), permit);
+                    bump(count, 1);
+                    return Err(err);
+                }
+                fault(&inner.counters, &e)
+            }
             Err(_) => &inner.counters.timeouts,
         };
         inner.breaker.failure(real.now_nanos(), permit);
@@ -228,6 +242,18 @@ fn fault<'a>(c: &'a Counters, e: &RedisError) -> &'a AtomicU64 {
     } else {
         &c.errors
     }
+}
+
+/// The error and the counter of a call that met a misconfiguration (a certificate, TLS, the
+/// credentials, the ACL), or `None` for a fault the failure policy answers.
+fn misconfigured<'a>(c: &'a Counters, e: &RedisError) -> Option<(BackendError, &'a AtomicU64)> {
+    let err = BackendError::misconfiguration(e)?;
+    let count = match err {
+        BackendError::Authentication(_) => &c.auth_failures,
+        BackendError::Permission(_) => &c.permission_denied,
+        _ => &c.tls_failures,
+    };
+    Some((err, count))
 }
 
 fn deny_us(retry_us: u64, reason: DenyReason) -> Verdict {

@@ -13,3 +13,4 @@ pub(crate) mod limit;
 pub(crate) mod limiter;
 pub(crate) mod script;
 pub(crate) mod stats;
+pub(crate) mod tls;
