@@ -201,6 +201,14 @@ mod tests {
         assert!(!format!("{t:?}").contains("SECRET"));
     }
 
+    /// rustls panics building a config without a process-level provider when its features
+    /// do not name exactly one; a TLS client leaves one installed.
+    #[test]
+    fn a_tls_client_leaves_a_provider_installed() {
+        client("rediss://127.0.0.1:1/", &TlsConfig::default()).unwrap();
+        assert!(CryptoProvider::get_default().is_some());
+    }
+
     #[test]
     fn tls_settings_need_a_tls_url() {
         let mut t = TlsConfig::default();
