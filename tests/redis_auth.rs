@@ -103,6 +103,27 @@ async fn requirepass_a_wrong_password_is_an_authentication_error() {
     let lim = limiter(&format!("redis://:not-it@127.0.0.1:{}/", s.port));
     refused(&lim, 5, is_auth, "redis authentication failed: ").await;
     assert_eq!(lim.stats().auth_failures, 5);
+    // What it costs the server: a connection per check (the README says so), no more.
+    let info: String = redis::cmd("INFO")
+        .arg("stats")
+        .query(&mut s.admin(Some(PASSWORD)))
+        .unwrap();
+    let connections: u64 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("total_connections_received:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap();
+    eprintln!("5 checks with a wrong password: {connections} connections (one is the test's)");
+    assert!(connections <= 5 + 2, "{connections} connections");
+    // The server's password changed to the limiter's: it decides again, no restart needed.
+    redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("requirepass")
+        .arg("not-it")
+        .exec(&mut s.admin(Some(PASSWORD)))
+        .unwrap();
+    let v = lim.check_key("healed").await;
+    assert!(matches!(v, Ok(Verdict::Allow(_))), "{v:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

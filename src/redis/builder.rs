@@ -5,7 +5,7 @@ use core::time::Duration;
 use std::sync::Arc;
 
 use crate::sync::RwLock;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionManagerConfig;
 
 use super::breaker::{Breaker, BreakerConfig};
 use super::cache::DenyCache;
@@ -13,6 +13,7 @@ use super::error::BackendError;
 use super::key;
 use super::limit::Limit;
 use super::limiter::{Inner, Policy, SharedRateLimiter, Watch};
+use super::renew::Renewable;
 use super::script::GcraScript;
 use super::stats::Counters;
 use super::tls::{self, TlsConfig};
@@ -301,8 +302,7 @@ impl SharedRateLimiterBuilder {
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(1)))
             .set_number_of_retries(0);
-        let con = ConnectionManager::new_lazy_with_config(client, config)
-            .map_err(BackendError::Client)?;
+        let con = Renewable::new(client, config).map_err(BackendError::Client)?;
         let local_clock = self.clock.clone().unwrap_or_default();
         let default_ttl = match self.clock {
             Some(_) => Duration::from_secs(60),

@@ -72,7 +72,7 @@ impl SharedRateLimiter {
             min_ttl_ms: inner.min_ttl_ms,
             limits: &args,
         };
-        let mut con = inner.con.clone();
+        let mut con = inner.con.get();
         let mut reloaded = false;
         bump(&inner.counters.round_trips, 1);
         // A call that finds the connection lost starts a reconnect and fails at once; it tries
@@ -104,6 +104,9 @@ impl SharedRateLimiter {
             Ok(Ok(Err(_unexpected))) => &inner.counters.errors,
             Ok(Err(e)) => {
                 if let Some((err, count)) = misconfigured(&inner.counters, &e) {
+                    if e.kind() == redis::ErrorKind::AuthenticationFailed {
+                        inner.con.renew();
+                    }
                     // Redis is there and answered: no outage, so the breaker hears a success
                     // (a probe closes it, and every later check meets the error too) and the
                     // failure policy is not asked — its verdicts would hide a fault that no

@@ -6,7 +6,6 @@ use core::time::Duration;
 use std::sync::Arc;
 
 use crate::sync::RwLock;
-use redis::aio::ConnectionManager;
 
 use super::breaker::Breaker;
 use super::builder::{local_quota, FailurePolicy, SharedRateLimiterBuilder};
@@ -14,6 +13,7 @@ use super::cache::DenyCache;
 use super::error::BackendError;
 use super::key::{self, MAX_KEY_BYTES};
 use super::limit::Limit;
+use super::renew::Renewable;
 use super::script::GcraScript;
 use super::stats::{Counters, SharedStats};
 use crate::engine::check::Check;
@@ -95,7 +95,7 @@ pub(crate) struct Policy {
 }
 
 pub(crate) struct Inner {
-    pub(crate) con: ConnectionManager,
+    pub(crate) con: Renewable,
     pub(crate) script: GcraScript,
     pub(crate) prefix: String,
     pub(crate) policies: Vec<Policy>,
