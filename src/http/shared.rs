@@ -34,6 +34,13 @@ use crate::redis::limiter::SharedRateLimiter;
 ///   layer's extractors cap keys at [`DEFAULT_MAX_KEY_BYTES`](super::DEFAULT_MAX_KEY_BYTES)
 ///   (256) by default, so this matters with a [`HeaderKey::max_len`](super::HeaderKey::max_len)
 ///   above 512 or a custom extractor.
+/// * **Misconfiguration** — a certificate not verified, a wrong or missing password, an ACL
+///   without a needed command ([`BackendError::CertificateVerification`],
+///   [`BackendError::Authentication`], [`BackendError::Permission`], …) — is
+///   [`SourceError::Backend`]: the layer passes the request through, marked and counted as a
+///   source error, and the limiter counts each in its [`SharedStats`](crate::SharedStats)
+///   (`tls_failures`, `auth_failures`, `permission_denied`). Alert on those: no waiting
+///   repairs them.
 /// * **Peek** asks Redis for a cost of 0 without writing (the local fallback peeks too).
 /// * **Refund** is not supported (the default, `false`): the script has no give-back
 ///   operation. When this is one of several limits of a layer and a later limit denies in a
@@ -110,8 +117,9 @@ impl SharedRateLimiter {
             }
             Err(BackendError::KeyTooLong { len, max }) => Err(SourceError::KeyTooLong { len, max }),
             // Backend faults are the failure policy's verdicts, not errors; what else comes out
-            // of a check is configuration no retry fixes (a cluster behind a URL that cannot
-            // reach one: `BackendError::Cluster`).
+            // of a check is configuration no retry fixes: a certificate, credentials or an ACL
+            // that Redis refuses, or a cluster behind a URL that cannot reach one
+            // (`BackendError::Cluster`).
             Err(e) => Err(SourceError::Backend(Box::new(e))),
         }
     }

@@ -145,7 +145,8 @@ pub enum SourceError {
     #[error(transparent)]
     InsufficientCapacity(#[from] InsufficientCapacity),
     /// The source's backend failed (a limiter of the user's own that neither answered nor
-    /// degraded; the built-in sources never return it). The layer passes the request through,
+    /// degraded, or a [`SharedRateLimiter`](crate::SharedRateLimiter) misconfigured: its
+    /// certificate, credentials or ACL). The layer passes the request through,
     /// marked and counted: a limiter that cannot judge must not become the outage
     /// (incident 000).
     #[error("policy source failed: {0}")]

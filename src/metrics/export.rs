@@ -143,7 +143,7 @@ pub(super) fn describe() {
         );
         describe_counter!(
             REDIS_CALLS,
-            "Calls to Redis by result: sent, then timeout, error or refused (no server), or not sent (breaker open)"
+            "Calls to Redis by result: sent, then timeout, error, refused (no server), tls_failure, auth_failure or permission_denied, or not sent (breaker open)"
         );
         describe_gauge!(
             REDIS_BREAKER_OPEN,

@@ -308,7 +308,8 @@ impl MetricsRegistry {
     /// `denied`, `denied_cached`, `denied_clock_overflow`, `fallback_local_allowed`,
     /// `fallback_local_denied`, `fallback_open`, `fallback_closed`), its calls to Redis
     /// (`tollgate_redis_calls_total{limiter, result}`, result `sent`, `timeout`, `error`,
-    /// `refused` (no server: connection refused, reset or lost), `breaker_rejected`,
+    /// `refused` (no server: connection refused, reset or lost), `tls_failure`, `auth_failure`,
+    /// `permission_denied` (misconfigurations, returned as errors), `breaker_rejected`,
     /// `script_reload`, `corrupt_value`), the breaker
     /// (`tollgate_redis_breaker_open`, `tollgate_redis_breaker_opened_total`), and its fault
     /// detector's state if one is attached.
@@ -437,6 +438,9 @@ fn shared(name: &str, lim: &SharedRateLimiter) {
         ("timeout", s.timeouts),
         ("error", s.errors),
         ("refused", s.refused),
+        ("tls_failure", s.tls_failures),
+        ("auth_failure", s.auth_failures),
+        ("permission_denied", s.permission_denied),
         ("breaker_rejected", s.breaker_rejected),
         ("script_reload", s.script_reloads),
         ("corrupt_value", s.corrupt_values),

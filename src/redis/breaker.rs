@@ -278,6 +278,18 @@ impl Breaker {
         self.inner.lock().opened
     }
 
+    /// An open (or half-open) breaker lets its next call through as a probe, whatever is left
+    /// of its cool-down: the way to Redis changed (a fresh cluster connection), so what the
+    /// last probe saw no longer says what the next will. Its cool-down length is kept.
+    pub(crate) fn probe_now(&self, now: u64) {
+        let mut s = self.inner.lock();
+        match s.state {
+            State::Open { next, .. } => s.state = State::Open { until: now, next },
+            State::HalfOpen { next, .. } => s.state = State::HalfOpen { reprobe: now, next },
+            State::Closed => {}
+        }
+    }
+
     /// `true` unless the breaker is closed.
     pub(crate) fn is_open(&self) -> bool {
         self.inner.lock().state != State::Closed
@@ -333,6 +345,12 @@ impl Breaker {
 /// range sees enough calls to judge its shard.
 pub(crate) const BREAKER_RANGES: usize = 64;
 
+/// The range of `slot` (`None`: one server, range 0), below [`BREAKER_RANGES`].
+pub(crate) fn range_of(slot: Option<u16>) -> usize {
+    let i = slot.map_or(0, |s| usize::from(s) * BREAKER_RANGES / usize::from(SLOTS));
+    i.min(BREAKER_RANGES - 1)
+}
+
 /// The breakers of a limiter: one per slot range in cluster mode, so that one sick shard sends
 /// only its own customers to the failure policy; one server uses the first alone.
 #[derive(Debug)]
@@ -349,8 +367,14 @@ impl Breakers {
 
     /// The breaker of `slot` (`None`: one server, the first breaker).
     pub(crate) fn of(&self, slot: Option<u16>) -> &Breaker {
-        let i = slot.map_or(0, |s| usize::from(s) * BREAKER_RANGES / usize::from(SLOTS));
-        &self.ranges[i.min(BREAKER_RANGES - 1)]
+        &self.ranges[range_of(slot)]
+    }
+
+    /// Every open breaker probes at its next call ([`Breaker::probe_now`]).
+    pub(crate) fn probe_now(&self, now: u64) {
+        for b in &self.ranges {
+            b.probe_now(now);
+        }
     }
 
     /// How many times any of them opened.

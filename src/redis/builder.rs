@@ -13,6 +13,7 @@ use super::limit::Limit;
 use super::limiter::{Inner, Policy, SharedRateLimiter, Watch};
 use super::script::GcraScript;
 use super::stats::Counters;
+use super::tls::TlsConfig;
 use crate::engine::clock::Clock;
 use crate::engine::gcra::Per;
 use crate::engine::quota::Quota;
@@ -64,6 +65,7 @@ pub struct SharedRateLimiterBuilder {
     local_max_keys: usize,
     deny_cache: usize,
     detector: Option<FaultDetector>,
+    tls: TlsConfig,
 }
 
 impl fmt::Debug for SharedRateLimiterBuilder {
@@ -77,6 +79,7 @@ impl fmt::Debug for SharedRateLimiterBuilder {
             .field("deadline", &self.deadline)
             .field("failure", &self.failure)
             .field("share", &self.share)
+            .field("tls", &self.tls)
             .finish_non_exhaustive()
     }
 }
@@ -100,6 +103,7 @@ impl SharedRateLimiterBuilder {
             local_max_keys: 1 << 16,
             deny_cache: 4096,
             detector: None,
+            tls: TlsConfig::default(),
         }
     }
 
@@ -241,6 +245,35 @@ impl SharedRateLimiterBuilder {
         self
     }
 
+    /// Trust this CA (PEM, one or more certificates) for the server's certificate instead of
+    /// the platform's roots: a private CA, a managed service's own. Needs a `rediss://` URL;
+    /// checked at [`build`](Self::build).
+    ///
+    /// ```
+    /// use tollgate::SharedRateLimiter;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let ca_pem: &[u8] = include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/doc-ca.pem"));
+    /// let lim = SharedRateLimiter::builder("10/s".parse()?, "rediss://redis.internal:6380/")
+    ///     .tls_root_ca(ca_pem) // std::fs::read("ca.pem")?, say
+    ///     .build()?;
+    /// # drop(lim);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn tls_root_ca(mut self, pem: &[u8]) -> Self {
+        self.tls.set_root_ca(pem);
+        self
+    }
+
+    /// Present this certificate chain and private key (both PEM) to a server that asks for
+    /// one (`tls-auth-clients yes`). Needs a `rediss://` URL; checked at
+    /// [`build`](Self::build), the key against the certificate too.
+    pub fn tls_client_cert(mut self, cert_pem: &[u8], key_pem: &[u8]) -> Self {
+        self.tls.set_client_cert(cert_pem, key_pem);
+        self
+    }
+
     /// Builds the limiter. It connects lazily, so Redis need not be up yet: until it is,
     /// checks answer by the failure policy. Whether Redis is one server or a cluster is found
     /// on the first calls (see [`seed_urls`](Self::seed_urls)).
@@ -251,7 +284,10 @@ impl SharedRateLimiterBuilder {
     /// [`BackendError::DuplicatePolicy`],
     /// [`BackendError::InvalidShare`], [`BackendError::InvalidSetting`] for bad settings,
     /// [`BackendError::Client`] for a URL that does not parse, [`BackendError::Cluster`] for
-    /// seeds that cannot reach a cluster, [`BackendError::NoRuntime`] outside a tokio runtime.
+    /// seeds that cannot reach a cluster, [`BackendError::InvalidTls`] for a certificate or key
+    /// that does not parse, [`BackendError::NoRuntime`] outside a tokio runtime. A wrong CA,
+    /// password or ACL shows at the first check, as its error (see
+    /// [`BackendError::CertificateVerification`]).
     pub fn build(self) -> Result<SharedRateLimiter, BackendError> {
         if !key::valid_name(&self.prefix) {
             return Err(BackendError::InvalidName {
@@ -286,7 +322,7 @@ impl SharedRateLimiterBuilder {
         }
         let mut urls = vec![self.url];
         urls.extend(self.seeds);
-        let backend = Backend::new(conn::clients(&urls, self.deadline)?)?;
+        let backend = Backend::new(conn::clients(&urls, &self.tls, self.deadline)?)?;
         let local_clock = self.clock.clone().unwrap_or_default();
         let default_ttl = match self.clock {
             Some(_) => Duration::from_secs(60),

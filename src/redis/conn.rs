@@ -24,7 +24,10 @@ use redis::cluster::{ClusterClient, ClusterClientBuilder, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::{ConnectionInfo, IntoConnectionInfo, RedisError, ServerErrorKind};
 
+use super::breaker::BREAKER_RANGES;
 use super::error::BackendError;
+use super::renew::Renewable;
+use super::tls::{self, TlsConfig};
 
 /// How often the cluster client may follow a redirection or retry (`TRYAGAIN`, `CLUSTERDOWN`,
 /// a lost node) within one call: each `MOVED` or `ASK` spends one. Four covers a slot that
@@ -42,17 +45,21 @@ pub(crate) struct Clients {
     pub(crate) cluster_config: ClusterConfig,
 }
 
-/// Builds the clients from the URLs (the builder's first, then the seeds): the one place URLs
-/// become clients. The cluster client's retries wait 1 ms, doubling, at most a quarter of the
+/// Builds the clients from the URLs (the builder's first, then the seeds) with the builder's
+/// TLS settings: the one place URLs become clients. The cluster client's retries wait 1 ms, doubling, at most a quarter of the
 /// deadline each, so that its own retries fit in the call's deadline (which cuts them anyway).
-pub(crate) fn clients(urls: &[String], deadline: Duration) -> Result<Clients, BackendError> {
+pub(crate) fn clients(
+    urls: &[String],
+    tls: &TlsConfig,
+    deadline: Duration,
+) -> Result<Clients, BackendError> {
     let infos = urls
         .iter()
         .map(|u| u.as_str().into_connection_info())
         .collect::<Result<Vec<ConnectionInfo>, RedisError>>()
         .map_err(BackendError::Client)?;
     let standalone = match urls {
-        [one] => Some(redis::Client::open(one.as_str()).map_err(BackendError::Client)?),
+        [one] => Some(tls::client(one, tls)?),
         _ => None,
     };
     let quarter = u64::try_from(deadline.as_millis() / 4)
@@ -63,7 +70,7 @@ pub(crate) fn clients(urls: &[String], deadline: Duration) -> Result<Clients, Ba
             "the url selects database {}, and a cluster has database 0 only",
             i.redis_settings().db()
         )),
-        None => ClusterClientBuilder::new(infos)
+        None => cluster_builder(infos, tls)?
             .retries(CLUSTER_RETRIES)
             .min_retry_wait(1)
             .max_retry_wait(quarter)
@@ -91,6 +98,33 @@ pub(crate) fn clients(urls: &[String], deadline: Duration) -> Result<Clients, Ba
     })
 }
 
+/// The cluster client's builder with the TLS settings: `rediss://` seeds (all of them, or
+/// none: the `redis` crate takes TLS from the first and refuses a mix) get the process's
+/// crypto provider and the private CA or client certificate; TLS settings with `redis://`
+/// seeds are refused, as for one server.
+fn cluster_builder(
+    infos: Vec<ConnectionInfo>,
+    tls: &TlsConfig,
+) -> Result<ClusterClientBuilder, BackendError> {
+    let is_tls = infos
+        .iter()
+        .any(|i| matches!(i.addr(), redis::ConnectionAddr::TcpTls { .. }));
+    if !is_tls {
+        if tls.is_set() {
+            return Err(BackendError::InvalidSetting(
+                "tls_root_ca and tls_client_cert need a rediss:// url",
+            ));
+        }
+        return Ok(ClusterClientBuilder::new(infos));
+    }
+    tls::ensure_provider();
+    let builder = ClusterClientBuilder::new(infos);
+    Ok(match tls.certificates()? {
+        Some(certs) => builder.certs(certs),
+        None => builder,
+    })
+}
+
 /// A connection to use for one call.
 pub(crate) enum Con {
     Standalone(ConnectionManager),
@@ -100,23 +134,28 @@ pub(crate) enum Con {
 /// The limiter's connections: the one-server connection until a cluster reply, then the
 /// cluster's.
 ///
-/// The cluster connection is renewed when it stalls: a call that times out when no call has
-/// succeeded for [`STALL`] (and no renewal happened in that time) replaces it with a fresh one
-/// that starts from the URLs. The `redis` crate's cluster client (1.2.2) can hang for good
-/// when a node dies under load — every call, to every node, timing out long after the
-/// failover — as its slot refresh waits on a lock that a queued call holds; a fresh client
-/// learns the new topology at once (measured in `tests/redis_cluster_faults.rs`).
+/// The cluster connection is renewed when it stalls: a call that times out when no call in
+/// its slot range has succeeded for [`STALL`] (and no renewal happened in that time) replaces
+/// it with a fresh one that starts from the URLs. The `redis` crate's cluster client (1.2.2)
+/// can hang when a node dies under load — calls timing out long after the failover, on every
+/// node or only on the dead master's slots while the live masters answer — as its slot
+/// refresh waits on a lock that a queued call holds; a fresh client learns the new topology at
+/// once (measured in `tests/redis_cluster_faults.rs`).
 pub(crate) struct Backend {
-    standalone: Option<ConnectionManager>,
+    /// Renewed after a refused `AUTH` (see `renew.rs`).
+    standalone: Option<Renewable>,
     cluster_client: Result<ClusterClient, String>,
     cluster_config: ClusterConfig,
     /// Set on the first cluster reply (or the first call, with seeds); renewed on a stall.
     cluster: Mutex<Option<ClusterConnection>>,
     /// Set once the limiter is in cluster mode.
     is_cluster: AtomicU64,
-    /// When a call through the cluster connection last succeeded, or it was last created
-    /// (ns, OS clock).
-    last_ok: AtomicU64,
+    /// Per slot range (as the breakers'), when a call through the cluster connection last
+    /// succeeded there, or the connection was last created (ns, OS clock): one shard's calls
+    /// stalling is seen while the others' succeed.
+    last_ok: Box<[AtomicU64]>,
+    /// When the cluster connection was last created (ns, OS clock).
+    created: AtomicU64,
     /// How often the cluster connection was renewed after a stall.
     renewals: AtomicU64,
 }
@@ -139,10 +178,7 @@ impl Backend {
             .set_number_of_retries(0);
         let standalone_none = clients.standalone.is_none();
         let standalone = match clients.standalone {
-            Some(client) => Some(
-                ConnectionManager::new_lazy_with_config(client, config)
-                    .map_err(BackendError::Client)?,
-            ),
+            Some(client) => Some(Renewable::new(client, config).map_err(BackendError::Client)?),
             None => None,
         };
         Ok(Self {
@@ -151,7 +187,8 @@ impl Backend {
             cluster_config: clients.cluster_config,
             cluster: Mutex::new(None),
             is_cluster: AtomicU64::new(u64::from(standalone_none)),
-            last_ok: AtomicU64::new(0),
+            last_ok: (0..BREAKER_RANGES).map(|_| AtomicU64::new(0)).collect(),
+            created: AtomicU64::new(0),
             renewals: AtomicU64::new(0),
         })
     }
@@ -162,6 +199,15 @@ impl Backend {
         self.is_cluster.load(Ordering::Relaxed) != 0
     }
 
+    /// A fresh one-server connection after a refused `AUTH`: the `ConnectionManager` reconnects
+    /// only after I/O errors, so it would keep the refused one for good. (The cluster client
+    /// authenticates each node's connection as it makes it.)
+    pub(crate) fn renew(&self) {
+        if let (Some(s), false) = (&self.standalone, self.is_cluster()) {
+            s.renew();
+        }
+    }
+
     /// How often the cluster connection was renewed after a stall.
     pub(crate) fn renewals(&self) -> u64 {
         self.renewals.load(Ordering::Relaxed)
@@ -170,7 +216,7 @@ impl Backend {
     /// The connection to use now.
     pub(crate) fn con(&self) -> Result<Con, BackendError> {
         match (&self.standalone, self.is_cluster()) {
-            (Some(s), false) => Ok(Con::Standalone(s.clone())),
+            (Some(s), false) => Ok(Con::Standalone(s.get())),
             _ => self.to_cluster().map(Con::Cluster),
         }
     }
@@ -193,7 +239,7 @@ impl Backend {
             "Redis answered as a cluster node (or seeds were given): checks go through the cluster client"
         );
         let con = client.get_pending_async_connection_with_config(self.cluster_config.clone());
-        self.last_ok.store(now_ns(), Ordering::Relaxed);
+        self.created_now(now_ns());
         self.is_cluster.store(1, Ordering::Relaxed);
         *slot = Some(con.clone());
         Ok(con)
@@ -207,36 +253,53 @@ impl Backend {
         })
     }
 
-    /// A call through the cluster connection succeeded.
-    pub(crate) fn cluster_ok(&self) {
-        self.last_ok.store(now_ns(), Ordering::Relaxed);
+    /// A call through the cluster connection succeeded, for a key in slot range `range`.
+    pub(crate) fn cluster_ok(&self, range: usize) {
+        if let Some(r) = self.last_ok.get(range) {
+            r.store(now_ns(), Ordering::Relaxed);
+        }
     }
 
-    /// A call through the cluster connection timed out: renews it if none has succeeded for
-    /// [`STALL`] (nor was it renewed in that time).
-    pub(crate) fn cluster_timed_out(&self) {
+    /// A call through the cluster connection timed out, for a key in slot range `range`:
+    /// renews the connection if no call in that range has succeeded for [`STALL`] and it was
+    /// not renewed in that time; `true` if it did. Per range, because a client stuck on a dead master's slots
+    /// still answers the live masters': a stall judged over every call would never be seen.
+    pub(crate) fn cluster_timed_out(&self, range: usize) -> bool {
         let now = now_ns();
         let stall = u64::try_from(STALL.as_nanos()).unwrap_or(u64::MAX);
-        if now.saturating_sub(self.last_ok.load(Ordering::Relaxed)) < stall {
-            return;
+        let stalled = |at: &AtomicU64| now.saturating_sub(at.load(Ordering::Relaxed)) >= stall;
+        let Some(last) = self.last_ok.get(range) else {
+            return false;
+        };
+        if !stalled(last) || !stalled(&self.created) {
+            return false;
         }
         let (Ok(client), mut slot) = (&self.cluster_client, self.cluster.lock()) else {
-            return;
+            return false;
         };
         // Checked again under the lock: one renewal per stall, whatever the callers.
-        if now.saturating_sub(self.last_ok.load(Ordering::Relaxed)) < stall {
-            return;
+        if !stalled(&self.created) {
+            return false;
         }
         #[cfg(feature = "tracing")]
         tracing::warn!(
             target: "tollgate::redis",
             event = "cluster_renewed",
-            stalled_ms = now.saturating_sub(self.last_ok.load(Ordering::Relaxed)) / 1_000_000,
-            "every call through the Redis Cluster client timed out: a fresh client starts from the URLs"
+            stalled_ms = now.saturating_sub(last.load(Ordering::Relaxed)) / 1_000_000,
+            "calls through the Redis Cluster client kept timing out: a fresh client starts from the URLs"
         );
         *slot = Some(client.get_pending_async_connection_with_config(self.cluster_config.clone()));
-        self.last_ok.store(now, Ordering::Relaxed);
+        self.created_now(now);
         self.renewals.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// A fresh cluster connection at `now`: every range starts its stall watch again.
+    fn created_now(&self, now: u64) {
+        self.created.store(now, Ordering::Relaxed);
+        for r in self.last_ok.iter() {
+            r.store(now, Ordering::Relaxed);
+        }
     }
 }
 

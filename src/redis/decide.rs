@@ -6,7 +6,7 @@ use crate::sync::atomic::AtomicU64;
 
 use redis::RedisError;
 
-use super::breaker::Permit;
+use super::breaker::{self, Permit};
 use super::builder::FailurePolicy;
 use super::conn::{self, Con};
 use super::error::BackendError;
@@ -62,7 +62,8 @@ impl SharedRateLimiter {
         let keys = self.keys(key);
         let real = Clock::os();
         let cluster = inner.backend.is_cluster();
-        let breaker = inner.breakers.of(cluster.then(|| key::slot(&keys[0])));
+        let slot = cluster.then(|| key::slot(&keys[0]));
+        let (breaker, range) = (inner.breakers.of(slot), breaker::range_of(slot));
         let permit = breaker.permit(real.now_nanos());
         if permit == Permit::Reject {
             bump(&inner.counters.breaker_rejected, 1);
@@ -85,8 +86,15 @@ impl SharedRateLimiter {
         }
         if inner.backend.is_cluster() {
             match &outcome {
-                Ok(Ok(_)) => inner.backend.cluster_ok(),
-                Err(_) => inner.backend.cluster_timed_out(),
+                Ok(Ok(_)) => inner.backend.cluster_ok(range),
+                // A fresh connection: every open breaker probes at once rather than after
+                // its cool-down, so customers come back as soon as the new client finds
+                // their shard.
+                Err(_) => {
+                    if inner.backend.cluster_timed_out(range) {
+                        inner.breakers.probe_now(real.now_nanos());
+                    }
+                }
                 Ok(Err(_)) => {}
             }
         }
@@ -99,7 +107,21 @@ impl SharedRateLimiter {
             // A reply the script never gives (a proxy in between, another script under the
             // same SHA) decides nothing: a backend fault, answered like Redis being down.
             Ok(Ok(Err(_unexpected))) => &inner.counters.errors,
-            Ok(Err(Attempt::Redis(e))) => fault(&inner.counters, &e),
+            Ok(Err(Attempt::Redis(e))) => {
+                if let Some((err, count)) = misconfigured(&inner.counters, &e) {
+                    if e.kind() == redis::ErrorKind::AuthenticationFailed {
+                        inner.backend.renew();
+                    }
+                    // Redis is there and answered: no outage, so the breaker hears a success
+                    // (a probe closes it, and every later check meets the error too) and the
+                    // failure policy is not asked — its verdicts would hide a fault that no
+                    // waiting repairs.
+                    breaker.success(real.now_nanos(), permit);
+                    bump(count, 1);
+                    return Err(err);
+                }
+                fault(&inner.counters, &e)
+            }
             // Still being redirected at the deadline (a slot in migration): Redis did not
             // decide in time, but no node failed, so the breaker is not told.
             Err(_) if routed => {
@@ -132,7 +154,10 @@ impl SharedRateLimiter {
             Con::Cluster(c) => c,
             Con::Standalone(mut con) => {
                 let first = match script.run(&mut con, call, reloaded).await {
-                    Err(e) if e.is_io_error() || e.is_connection_dropped() => {
+                    Err(e)
+                        if (e.is_io_error() || e.is_connection_dropped())
+                            && BackendError::misconfiguration(&e).is_none() =>
+                    {
                         script.run(&mut con, call, reloaded).await
                     }
                     other => other,
@@ -288,6 +313,18 @@ enum Attempt {
     Redis(RedisError),
     /// A configuration that cannot work (a cluster behind a URL that cannot reach one).
     Config(BackendError),
+}
+
+/// The error and the counter of a call that met a misconfiguration (a certificate, TLS, the
+/// credentials, the ACL), or `None` for a fault the failure policy answers.
+fn misconfigured<'a>(c: &'a Counters, e: &RedisError) -> Option<(BackendError, &'a AtomicU64)> {
+    let err = BackendError::misconfiguration(e)?;
+    let count = match err {
+        BackendError::Authentication(_) => &c.auth_failures,
+        BackendError::Permission(_) => &c.permission_denied,
+        _ => &c.tls_failures,
+    };
+    Some((err, count))
 }
 
 fn deny_us(retry_us: u64, reason: DenyReason) -> Verdict {

@@ -1,6 +1,7 @@
 //! [`BackendError`]: what a shared check or its builder reports as an error. A denial is a
 //! verdict, and a backend fault becomes the failure policy's verdict; errors are caller
-//! mistakes and bad configuration.
+//! mistakes and bad configuration, and the misconfigurations a call reveals (a certificate,
+//! the credentials, the ACL).
 
 use crate::engine::error::{InsufficientCapacity, Quoted};
 
@@ -114,4 +115,225 @@ pub enum BackendError {
     /// still compiles.
     #[error("unexpected reply from the redis script: {0}")]
     Protocol(String),
+    /// A certificate or key given to the builder
+    /// ([`tls_root_ca`](crate::SharedRateLimiterBuilder::tls_root_ca),
+    /// [`tls_client_cert`](crate::SharedRateLimiterBuilder::tls_client_cert)) that does not
+    /// parse, or a key that is not its certificate's.
+    ///
+    /// ```
+    /// use tollgate::{BackendError, SharedRateLimiter};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let err = SharedRateLimiter::builder("10/s".parse()?, "rediss://redis.internal:6380/")
+    ///     .tls_root_ca(b"not a certificate")
+    ///     .build()
+    ///     .unwrap_err();
+    /// assert!(matches!(err, BackendError::InvalidTls { what: "root ca", .. }));
+    /// assert_eq!(err.to_string(), "invalid tls root ca: no CERTIFICATE block in the PEM");
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[error("invalid tls {what}: {reason}")]
+    InvalidTls {
+        /// `"root ca"`, `"client certificate"` or `"client key"`.
+        what: &'static str,
+        /// What is wrong with it (never the key's bytes).
+        reason: String,
+    },
+    /// The TLS handshake failed on a certificate: the server's is not signed by a trusted
+    /// root (a wrong or missing [`tls_root_ca`](crate::SharedRateLimiterBuilder::tls_root_ca)),
+    /// expired or for another name; or the server refused ours (`tls-auth-clients yes` and no
+    /// or an unknown [`tls_client_cert`](crate::SharedRateLimiterBuilder::tls_client_cert)).
+    /// Returned by the check that met it, never answered by the failure policy.
+    #[error("tls certificate verification failed: {0}")]
+    CertificateVerification(String),
+    /// The TLS handshake failed otherwise (a `rediss://` URL to a port that does not speak
+    /// TLS, no protocol version in common). Returned by the check that met it.
+    #[error("tls handshake failed: {0}")]
+    Tls(String),
+    /// Redis refused the credentials (`WRONGPASS`), or asked for some (`NOAUTH`: the URL has
+    /// no password). Returned by the check that met it, never answered by the failure policy.
+    #[error("redis authentication failed: {0}")]
+    Authentication(String),
+    /// The ACL user may not run a command the check needs, or touch its keys (`NOPERM`; see
+    /// the README for the minimal ACL). Returned by the check that met it.
+    #[error("redis permission denied: {0}")]
+    Permission(String),
+}
+
+/// The longest server or TLS detail an error carries, in characters.
+const DETAIL_MAX: usize = 200;
+
+impl BackendError {
+    /// The misconfiguration that a failed call shows — a certificate, TLS, the credentials, the
+    /// ACL — or `None` for what may pass (a timeout, a refusal, a server error). A
+    /// misconfiguration is returned to the caller: the failure policy is for outages, and
+    /// its verdicts would hide a fault that no waiting repairs.
+    pub(crate) fn misconfiguration(e: &redis::RedisError) -> Option<Self> {
+        match tls_cause(e) {
+            Some(TlsCause::Handshake(t)) => return Some(handshake(t)),
+            Some(TlsCause::Roots(r)) => {
+                return Some(Self::CertificateVerification(cut(&format!(
+                    "the platform's root certificates could not be read ({r})"
+                ))))
+            }
+            None => {}
+        }
+        let text = e.to_string();
+        match (e.kind(), e.code()) {
+            (redis::ErrorKind::AuthenticationFailed, _) | (_, Some("NOAUTH" | "WRONGPASS")) => {
+                Some(Self::Authentication(cut(&text)))
+            }
+            (_, Some("NOPERM")) => Some(Self::Permission(cut(&text))),
+            // The ACL refusing a command inside the script (Redis 7.0 answers `ERR The user
+            // executing the script can't run this command…`, or `…can't access at least one
+            // of the keys…`), or SELECT refused at connect (`no permissions to run the
+            // 'select' command`, without its code).
+            _ if text.contains("user executing the script can't")
+                || text.contains("no permissions to") =>
+            {
+                Some(Self::Permission(cut(&text)))
+            }
+            _ => None,
+        }
+    }
+}
+
+fn handshake(e: &rustls::Error) -> BackendError {
+    use rustls::AlertDescription as A;
+    match e {
+        rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented => {
+            BackendError::CertificateVerification(cut(&e.to_string()))
+        }
+        rustls::Error::AlertReceived(
+            A::BadCertificate
+            | A::UnsupportedCertificate
+            | A::CertificateRevoked
+            | A::CertificateExpired
+            | A::CertificateUnknown
+            | A::UnknownCA
+            | A::CertificateRequired,
+        ) => BackendError::CertificateVerification(cut(&format!(
+            "the server refused the client certificate ({e})"
+        ))),
+        _ => BackendError::Tls(cut(&e.to_string())),
+    }
+}
+
+/// What TLS said under a failed call.
+enum TlsCause<'a> {
+    /// The handshake failed.
+    Handshake(&'a rustls::Error),
+    /// The platform's root store could not be read (before any handshake).
+    Roots(&'a rustls_native_certs::Error),
+}
+
+/// The TLS error under a failed call, if any: the `redis` crate keeps the I/O error of a
+/// handshake (and its root store's error) behind an `Arc`, and tokio-rustls the rustls error
+/// inside that I/O error.
+fn tls_cause(e: &redis::RedisError) -> Option<TlsCause<'_>> {
+    use std::error::Error;
+    fn within<'a>(err: &'a (dyn Error + 'static)) -> Option<TlsCause<'a>> {
+        if let Some(t) = err.downcast_ref::<rustls::Error>() {
+            return Some(TlsCause::Handshake(t));
+        }
+        if let Some(r) = err.downcast_ref::<rustls_native_certs::Error>() {
+            return Some(TlsCause::Roots(r));
+        }
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            let t = io.get_ref()?.downcast_ref::<rustls::Error>()?;
+            return Some(TlsCause::Handshake(t));
+        }
+        if let Some(a) = err.downcast_ref::<std::sync::Arc<dyn Error + Send + Sync>>() {
+            return within(&**a);
+        }
+        None
+    }
+    let mut next = e.source();
+    while let Some(err) = next {
+        if let Some(t) = within(err) {
+            return Some(t);
+        }
+        next = err.source();
+    }
+    None
+}
+
+/// `s` cut to [`DETAIL_MAX`] characters.
+fn cut(s: &str) -> String {
+    match s.char_indices().nth(DETAIL_MAX) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn io(e: rustls::Error) -> redis::RedisError {
+        std::io::Error::new(std::io::ErrorKind::InvalidData, e).into()
+    }
+
+    #[test]
+    fn tls_failures_are_told_apart() {
+        let unknown = io(rustls::Error::InvalidCertificate(
+            rustls::CertificateError::UnknownIssuer,
+        ));
+        let e = BackendError::misconfiguration(&unknown).unwrap();
+        assert!(
+            e.to_string()
+                .starts_with("tls certificate verification failed: "),
+            "{e}"
+        );
+        let refused = io(rustls::Error::AlertReceived(
+            rustls::AlertDescription::CertificateRequired,
+        ));
+        assert!(matches!(
+            BackendError::misconfiguration(&refused),
+            Some(BackendError::CertificateVerification(m)) if m.contains("client certificate")
+        ));
+        let plain = io(rustls::Error::InvalidMessage(
+            rustls::InvalidMessage::InvalidContentType,
+        ));
+        assert!(matches!(
+            BackendError::misconfiguration(&plain),
+            Some(BackendError::Tls(_))
+        ));
+    }
+
+    #[test]
+    fn outages_are_not_misconfigurations() {
+        let reset: redis::RedisError =
+            std::io::Error::from(std::io::ErrorKind::ConnectionReset).into();
+        assert!(BackendError::misconfiguration(&reset).is_none());
+        let busy = redis::make_extension_error("BUSY".into(), Some("script".into()));
+        assert!(BackendError::misconfiguration(&busy).is_none());
+    }
+
+    #[test]
+    fn credentials_and_acl_are_told_apart() {
+        let noauth = redis::make_extension_error("NOAUTH".into(), Some("needed".into()));
+        assert!(matches!(
+            BackendError::misconfiguration(&noauth),
+            Some(BackendError::Authentication(_))
+        ));
+        let wrong = redis::make_extension_error("WRONGPASS".into(), None);
+        assert!(matches!(
+            BackendError::misconfiguration(&wrong),
+            Some(BackendError::Authentication(_))
+        ));
+        let noperm = redis::make_extension_error("NOPERM".into(), Some("no".into()));
+        let e = BackendError::misconfiguration(&noperm).unwrap();
+        assert!(
+            e.to_string().starts_with("redis permission denied: "),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn details_are_bounded() {
+        assert_eq!(cut(&"é".repeat(500)).chars().count(), DETAIL_MAX + 1);
+        assert_eq!(cut("short"), "short");
+    }
 }

@@ -67,7 +67,14 @@ end
 local function load(key)
   local raw = redis.pcall('GET', key)
   if raw == false or raw == nil then return nil, nil, false end
-  if type(raw) ~= 'string' then return nil, nil, true end -- an error reply: another type
+  if type(raw) ~= 'string' then
+    -- An error reply. Another type is a corrupt cell; any other error (the ACL refusing GET
+    -- or the key) is raised: read as an empty cell, it would allow every check.
+    if type(raw) == 'table' and raw.err and string.sub(raw.err, 1, 9) ~= 'WRONGTYPE' then
+      error(raw)
+    end
+    return nil, nil, true
+  end
   local t, u = string.match(raw, '^(%d+):(%d+)$')
   local tat, tau_old = tonumber(t), tonumber(u)
   if not int_in(tat, 0, MAX_NOW + 2 * MAX_TAU) or not int_in(tau_old, 1, MAX_TAU) then

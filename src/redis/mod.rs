@@ -12,5 +12,7 @@ pub(crate) mod error;
 pub(crate) mod key;
 pub(crate) mod limit;
 pub(crate) mod limiter;
+pub(crate) mod renew;
 pub(crate) mod script;
 pub(crate) mod stats;
+pub(crate) mod tls;

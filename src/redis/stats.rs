@@ -44,6 +44,17 @@ pub struct SharedStats {
     /// call, the host unreachable (a killed server, a wrong port). Answered by the failure
     /// policy as soon as the client reports it, not at the deadline.
     pub refused: u64,
+    /// Calls whose TLS handshake failed: a certificate not verified (ours or the server's) or
+    /// no TLS on the other end. Each check that met one returned
+    /// [`BackendError::CertificateVerification`](crate::BackendError::CertificateVerification)
+    /// or [`BackendError::Tls`](crate::BackendError::Tls), not a fallback verdict.
+    pub tls_failures: u64,
+    /// Calls whose credentials Redis refused or asked for (`WRONGPASS`, `NOAUTH`), each
+    /// returned as [`BackendError::Authentication`](crate::BackendError::Authentication).
+    pub auth_failures: u64,
+    /// Calls the ACL refused (`NOPERM`), each returned as
+    /// [`BackendError::Permission`](crate::BackendError::Permission).
+    pub permission_denied: u64,
     /// Checks not sent because the breaker was open.
     pub breaker_rejected: u64,
     /// Times the breaker opened.
@@ -90,6 +101,9 @@ pub(crate) struct Counters {
     pub(crate) timeouts: AtomicU64,
     pub(crate) errors: AtomicU64,
     pub(crate) refused: AtomicU64,
+    pub(crate) tls_failures: AtomicU64,
+    pub(crate) auth_failures: AtomicU64,
+    pub(crate) permission_denied: AtomicU64,
     pub(crate) breaker_rejected: AtomicU64,
     pub(crate) script_reloads: AtomicU64,
     pub(crate) corrupt_values: AtomicU64,
@@ -116,6 +130,9 @@ impl Counters {
             timeouts: r(&self.timeouts),
             errors: r(&self.errors),
             refused: r(&self.refused),
+            tls_failures: r(&self.tls_failures),
+            auth_failures: r(&self.auth_failures),
+            permission_denied: r(&self.permission_denied),
             breaker_rejected: r(&self.breaker_rejected),
             breaker_opened,
             script_reloads: r(&self.script_reloads),
