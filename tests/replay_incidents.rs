@@ -84,7 +84,34 @@ fn help_and_output_never_point_outside_the_repository() {
         for bad in ["shared/", "incidents/", "postmortem"] {
             assert!(!text.contains(bad), "{what} mentions {bad:?}:\n{text}");
         }
+        // Nor the name of an incident file (`000_8f5fe530ac655859.txt`, as printed before).
+        assert!(
+            incident_file(&text).is_none(),
+            "{what}: {:?}",
+            incident_file(&text)
+        );
     }
+}
+
+/// The first `NNN_` followed by 16 hex digits in `text`.
+fn incident_file(text: &str) -> Option<&str> {
+    let b = text.as_bytes();
+    (0..b.len().saturating_sub(20)).find_map(|i| {
+        let w = &b[i..i + 20];
+        (w[..3].iter().all(u8::is_ascii_digit)
+            && w[3] == b'_'
+            && w[4..].iter().all(u8::is_ascii_hexdigit))
+        .then(|| &text[i..i + 20])
+    })
+}
+
+#[test]
+fn an_incident_file_name_would_be_caught() {
+    assert_eq!(
+        incident_file("(000_8f5fe530ac655859.txt; seed 13)"),
+        Some("000_8f5fe530ac655859")
+    );
+    assert_eq!(incident_file("seed 13, 10000 customers"), None);
 }
 
 #[test]
@@ -95,7 +122,10 @@ fn every_figure_is_explained_where_it_first_appears() {
             "wrongful-denial minutes",
             "(minutes in which more than 1 % of the requests",
         ),
-        ("retry share of load", "(retries over all attempts sent"),
+        (
+            "retry share of load",
+            "(retries over all attempts: the load retrying adds)",
+        ),
         (
             "customer requests failed",
             "(not served, or served after the client gave up)",

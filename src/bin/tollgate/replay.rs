@@ -30,6 +30,7 @@ pub(crate) const LONG_HELP: &str = r#"Incidents (the default; seeded, determinis
   its defaults. Each figure of the tables is explained under it: time to detect (or
   "prevented"), wrongful-denial minutes, customer requests failed, retry share of load, and
   for 003 heartbeats delivered, leader elections and the recovery backlog left.
+  Each incident, its model and what the model leaves out: docs/incidents.md in the repository.
 
 Traffic (--traffic FILE --limits OLD.toml [--against NEW.toml]):
   FILE is CSV (a header line naming the columns) or JSON lines (one object per line), told

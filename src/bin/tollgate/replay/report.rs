@@ -154,7 +154,12 @@ impl Incident {
             .iter()
             .filter_map(|name| shown.iter().find(|(m, _)| m.name == *name))
             .map(|(m, cells)| Headline {
-                name: m.name,
+                // A cost reads as a loss on a chart unless it says whose price it is.
+                name: if m.name == "recovery backlog left" {
+                    "recovery backlog left at the end (the price of holding it back)"
+                } else {
+                    m.name
+                },
                 values: self
                     .rows
                     .iter()
@@ -248,7 +253,7 @@ fn detect_cell(r: &Row) -> Option<String> {
 pub(crate) const METRICS: [Metric; 7] = [
     Metric {
         name: "time to detect",
-        explain: "from the fault to the side's own first signal of it",
+        explain: "from the fault to the side's own first signal",
         cell: detect_cell,
     },
     Metric {
@@ -264,7 +269,7 @@ pub(crate) const METRICS: [Metric; 7] = [
     },
     Metric {
         name: "retry share of load",
-        explain: "retries over all attempts sent: the load retrying adds",
+        explain: "retries over all attempts: the load retrying adds",
         cell: |r| Some(pct(r.retry_share_of_load)),
     },
     Metric {
