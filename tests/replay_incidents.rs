@@ -232,3 +232,61 @@ fn the_index_wraps_long_lines_instead_of_cutting_them() {
     // The figures are explained there too.
     assert!(index.contains("<small>minutes in which more than 1 %"));
 }
+
+/// Numbers of attribute `name` on each line of `svg` starting with `start`.
+fn attrs(svg: &str, start: &str, name: &str) -> Vec<f64> {
+    svg.lines()
+        .filter(|l| l.starts_with(start))
+        .filter_map(|l| {
+            let at = l.find(&format!(" {name}=\""))? + name.len() + 3;
+            l[at..].split('"').next()?.parse().ok()
+        })
+        .collect()
+}
+
+#[test]
+fn the_charts_as_written_read_right() {
+    let dir = &replay().1;
+    let svg = |id: &str| {
+        std::fs::read_to_string(dir.join(format!("incident-{id}.svg"))).expect("a chart")
+    };
+    for id in ["000", "001", "003"] {
+        let s = svg(id);
+        // Time ticks on round clock times: every tick label HH:MM on a multiple of 5 min.
+        let ticks: Vec<&str> = s
+            .split("text-anchor=\"middle\">")
+            .skip(1)
+            .filter_map(|t| t.split('<').next())
+            .collect();
+        assert!(ticks.len() >= 4, "{id}: {ticks:?}");
+        for t in &ticks {
+            let minute: u32 = t[3..5].parse().expect("HH:MM");
+            assert_eq!(minute % 5, 0, "{id}: tick {t}");
+        }
+        // No line drawn on a frame: every point at least 5 px inside it.
+        let tops = attrs(&s, "<rect x=", "y");
+        let heights = attrs(&s, "<rect x=", "height");
+        assert_eq!(tops.len(), 2, "{id}");
+        for line in s.lines().filter(|l| l.starts_with("<path")) {
+            let d = line.split("d=\"").nth(1).and_then(|d| d.split('"').next());
+            for y in d
+                .unwrap_or("")
+                .split(' ')
+                .filter_map(|p| p.split(',').nth(1))
+            {
+                let y: f64 = y.parse().expect("y");
+                assert!(
+                    tops.iter()
+                        .zip(&heights)
+                        .all(|(t, h)| (y - t).abs() >= 5.0 && (y - t - h).abs() >= 5.0),
+                    "{id}: a line at y {y} lies on a frame"
+                );
+            }
+        }
+    }
+    // 001's dip of a few percent gets an axis narrowed to it, and says so.
+    assert!(svg("001").contains("zoomed to the data"));
+    // 003 carries its headline figures.
+    let s = svg("003");
+    assert!(s.contains(">heartbeats delivered: <") && s.contains(">leader elections: <"));
+}
