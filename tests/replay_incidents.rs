@@ -24,7 +24,10 @@ fn tollgate(args: &[&str]) -> (Option<i32>, String, String) {
 fn replay() -> &'static (String, PathBuf) {
     static RUN: OnceLock<(String, PathBuf)> = OnceLock::new();
     RUN.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("tollgate-incidents-{}", std::process::id()));
+        // In the target's own scratch directory, one per test binary: no run leaves files
+        // behind elsewhere, and a rerun starts from an empty directory.
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("replay-charts");
+        let _ = std::fs::remove_dir_all(&dir);
         let out = dir.display().to_string();
         let (code, stdout, stderr) = tollgate(&["replay", "--short", "--out", &out]);
         assert_eq!(code, Some(0), "{stderr}");
