@@ -27,10 +27,10 @@ pub(crate) const LONG_HELP: &str = r#"Incidents (the default; seeded, determinis
   001  a unit dropped and the wrong policy edited: 10/s became 10/min for paying customers
   003  8 Gbit/s replica recovery on links shared with heartbeats, clients retrying 10 times
   Each runs twice: a naive limiter configured as the incident's system was, and tollgate with
-  its defaults. Columns: time to detect (from the fault to the side's first signal),
-  wrongful-denial minutes (minutes in which more than 1 % of in-contract original requests
-  were denied or lost), customer requests failed, retry share of load (retries over all
-  attempts), heartbeat success (003).
+  its defaults. Each figure of the tables is explained under it: time to detect (or
+  "prevented"), wrongful-denial minutes, customer requests failed, retry share of load, and
+  for 003 heartbeats delivered, leader elections and the recovery backlog left.
+  Each incident, its model and what the model leaves out: docs/incidents.md in the repository.
 
 Traffic (--traffic FILE --limits OLD.toml [--against NEW.toml]):
   FILE is CSV (a header line naming the columns) or JSON lines (one object per line), told
@@ -207,14 +207,11 @@ fn run_incidents(args: &ReplayArgs, out: &mut Output) -> Result<Status, ReplayEr
     let written = charts::write_incidents(&args.out, &replays)?;
     match args.format {
         OutputFormat::Human => {
-            for r in &replays {
-                out.line(r.human());
-            }
-            out.line(format!(
-                "charts: {} ({} files)",
-                args.out.join("index.html").display(),
-                written
-            ));
+            let charts = format!(
+                "{} ({written} files)",
+                args.out.join("index.html").display()
+            );
+            out.line(report::human(&replays, &charts));
         }
         OutputFormat::Json => {
             let report = serde_json::json!({

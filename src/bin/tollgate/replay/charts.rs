@@ -1,21 +1,43 @@
-//! SVG charts and `index.html`, written by hand.
+//! SVG charts, written by hand; `index.html` in [`html`], the layout in [`layout`].
 //!
 //! Hand-written SVG rather than a plotting crate: the charts are two line panels and a few
 //! marks, the output is byte-for-byte deterministic, the build gains no dependency, and no
-//! font is needed to write them (text is left to the viewer's `sans-serif`).
+//! font is needed to write them (text is left to the viewer's `sans-serif`, its widths
+//! estimated on the wide side).
+//!
+//! Read as a person reads them: a y-axis narrowed to the data when the data spans little
+//! (and saying so), lines kept off the frame, lines that coincide still told apart (widest
+//! first, each later one narrower on top, the third dashed), marker numbers that never
+//! overlap, time ticks on round clock times, and the incident's headline figures under the
+//! title.
 
 use std::fmt::Write as _;
-use std::path::Path;
 
-use super::report::{clock_label, pct, secs, table, Incident, Row};
+use super::report::clock_label;
 use super::sim::{Bucket, MINUTE};
-use super::ReplayError;
+
+mod html;
+mod layout;
+
+pub(crate) use html::{write, write_incidents};
+pub(crate) use layout::wrap;
+use layout::{place_labels, text_width, time_ticks, y_axis, Axis, Label};
 
 const W: f64 = 960.0;
 const PANEL_H: f64 = 200.0;
 const LEFT: f64 = 70.0;
 const RIGHT: f64 = 20.0;
+/// Room between a panel's frame and its data: a line at 0 or 100 % is not drawn on the frame.
+const PAD: f64 = 10.0;
+/// Height of one lane of marker numbers, above the top panel.
+const LANE_H: f64 = 13.0;
+const MARK_SIZE: f64 = 10.0;
+const TEXT_SIZE: f64 = 12.0;
 const COLORS: [&str; 3] = ["#c0392b", "#1f6fb2", "#27ae60"];
+/// Stroke width and dash of each series: the first drawn widest, each later one narrower on
+/// top of it, the third dashed, so lines that coincide (tollgate's and the naive side's at
+/// 100 %, the traffic replay's old document and its staged rollout) all stay visible.
+const STROKES: [(f64, &str); 3] = [(4.0, ""), (2.0, ""), (1.6, "6 4")];
 
 /// One line on a chart.
 pub(crate) struct Series<'a> {
@@ -35,6 +57,22 @@ pub(crate) struct Chart<'a> {
     pub(crate) marks: Vec<(f64, usize, String)>,
 }
 
+/// What a chart carries besides its lines: headline figures under the title, and a note
+/// under the bottom panel's label (why its figure reads as it does).
+#[derive(Debug, Default)]
+pub(crate) struct Extras<'a> {
+    pub(crate) headlines: Vec<Headline>,
+    pub(crate) bottom_note: Option<&'a str>,
+}
+
+/// A figure with each series' value (`naive 72.7 %`), drawn in the series' colours.
+#[derive(Debug)]
+pub(crate) struct Headline {
+    pub(crate) name: &'static str,
+    /// Per series, in the chart's order: its name and value, as one string.
+    pub(crate) values: Vec<String>,
+}
+
 /// Escapes text for XML and HTML.
 pub(crate) fn esc(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
@@ -51,54 +89,71 @@ pub(crate) fn esc(s: &str) -> String {
     out
 }
 
+/// Characters of `size` px text that fit the plot's width.
+fn chars_across(size: f64) -> usize {
+    ((W - LEFT - RIGHT) / (0.64 * size)) as usize
+}
+
+fn text(s: &mut String, x: f64, y: f64, attrs: &str, body: &str) {
+    let _ = writeln!(
+        s,
+        r#"<text x="{x:.1}" y="{y:.1}"{attrs}>{}</text>"#,
+        esc(body)
+    );
+}
+
 impl Chart<'_> {
+    /// The chart alone.
     pub(crate) fn svg(&self) -> String {
-        let legend_h = 16.0 * (self.marks.len() as f64) + 30.0;
-        let h = 60.0 + 2.0 * (PANEL_H + 50.0) + legend_h;
+        self.svg_with(&Extras::default())
+    }
+
+    /// The chart with its headline figures and notes.
+    pub(crate) fn svg_with(&self, extras: &Extras<'_>) -> String {
         let mut s = String::new();
-        let _ = writeln!(
-            s,
-            r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{h}" viewBox="0 0 {W} {h}" font-family="sans-serif" font-size="12">"#
+        let mut y = 24.0;
+        text(
+            &mut s,
+            LEFT,
+            y,
+            r#" font-size="16" font-weight="bold""#,
+            &self.title,
         );
-        let _ = writeln!(s, r#"<rect width="{W}" height="{h}" fill="white"/>"#);
-        let _ = writeln!(
-            s,
-            r#"<text x="{LEFT}" y="24" font-size="16" font-weight="bold">{}</text>"#,
-            esc(&self.title)
+        y += 4.0;
+        for h in &extras.headlines {
+            y += 18.0;
+            let _ = write!(
+                s,
+                r##"<text x="{LEFT}" y="{y:.1}" font-size="13" fill="#222">{}: "##,
+                esc(h.name)
+            );
+            for (i, v) in h.values.iter().enumerate() {
+                let _ = write!(
+                    s,
+                    r#"{}<tspan fill="{}" font-weight="bold">{}</tspan>"#,
+                    if i > 0 { " vs " } else { "" },
+                    COLORS[i % COLORS.len()],
+                    esc(v)
+                );
+            }
+            s.push_str("</text>\n");
+        }
+        y += 14.0;
+        y = self.panel(&mut s, y, self.top.0, None, &self.top.1, true);
+        y = self.panel(
+            &mut s,
+            y,
+            self.bottom.0,
+            extras.bottom_note,
+            &self.bottom.1,
+            false,
         );
-        let mut y0 = 50.0;
-        for (label, series) in [&self.top, &self.bottom] {
-            self.panel(&mut s, y0, label, series);
-            y0 += PANEL_H + 50.0;
-        }
-        // The legend of the series, then the numbered marks.
-        let mut ly = y0;
-        for (i, name) in self.top.1.iter().map(|x| x.name).enumerate() {
-            let lx = LEFT + 160.0 * i as f64;
-            let _ = writeln!(
-                s,
-                r#"<line x1="{lx}" y1="{ly}" x2="{}" y2="{ly}" stroke="{}" stroke-width="2"/><text x="{}" y="{}">{}</text>"#,
-                lx + 24.0,
-                COLORS[i % COLORS.len()],
-                lx + 30.0,
-                ly + 4.0,
-                esc(name)
-            );
-        }
-        ly += 22.0;
-        for (n, (x, side, text)) in self.marks.iter().enumerate() {
-            let _ = writeln!(
-                s,
-                r#"<text x="{LEFT}" y="{ly}" fill="{}">{}. {} {}</text>"#,
-                COLORS[side % COLORS.len()],
-                n + 1,
-                clock_label(self.day_offset_secs, (*x * 1000.0) as u64),
-                esc(text)
-            );
-            ly += 16.0;
-        }
-        s.push_str("</svg>\n");
-        s
+        y = self.legend(&mut s, y);
+        let h = (y + 12.0).ceil();
+        format!(
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{h}\" viewBox=\"0 0 {W} {h}\" font-family=\"sans-serif\" font-size=\"{TEXT_SIZE}\">\n\
+             <rect width=\"{W}\" height=\"{h}\" fill=\"white\"/>\n{s}</svg>\n"
+        )
     }
 
     fn x(&self, secs: f64) -> f64 {
@@ -106,55 +161,81 @@ impl Chart<'_> {
         LEFT + (W - LEFT - RIGHT) * (secs / span).clamp(0.0, 1.0)
     }
 
-    fn panel(&self, s: &mut String, y0: f64, label: &str, series: &[Series<'_>]) {
-        let y = |v: f64| y0 + PANEL_H * (1.0 - v.clamp(0.0, 1.0));
+    /// The boxes of the marker numbers, in lanes from `top`: pairwise disjoint.
+    pub(crate) fn mark_labels(&self, top: f64) -> Vec<Label> {
+        let xs: Vec<f64> = self.marks.iter().map(|m| self.x(m.0) + 2.0).collect();
+        let ws: Vec<f64> = (1..=self.marks.len())
+            .map(|n| text_width(&n.to_string(), MARK_SIZE) + 2.0)
+            .collect();
+        place_labels(&xs, &ws, top, LANE_H, W - RIGHT)
+    }
+
+    /// One panel from `y0`; returns where the next thing goes.
+    fn panel(
+        &self,
+        s: &mut String,
+        y0: f64,
+        label: &str,
+        note: Option<&str>,
+        series: &[Series<'_>],
+        numbered: bool,
+    ) -> f64 {
+        let axis = y_axis(
+            series
+                .iter()
+                .flat_map(|l| l.points.iter().filter_map(|p| p.1)),
+        );
+        let mut y = y0 + 12.0;
+        let label = if axis.zoomed() {
+            format!("{label} — axis {}, zoomed to the data", axis.range_label())
+        } else {
+            label.to_owned()
+        };
+        text(s, LEFT, y, "", &label);
+        if let Some(note) = note {
+            for line in wrap(note, chars_across(11.0)) {
+                y += 14.0;
+                text(s, LEFT, y, r##" font-size="11" fill="#555""##, &line);
+            }
+        }
+        y += 6.0;
+        // The marker numbers, in lanes above the top panel; each marker's line starts under
+        // its number, so a number far up its lane still points at its line.
+        let labels = if numbered {
+            self.mark_labels(y)
+        } else {
+            Vec::new()
+        };
+        let lanes = labels.iter().map(|l| l.lane + 1).max().unwrap_or(0);
+        let top = y + lanes as f64 * LANE_H + if lanes > 0 { 3.0 } else { 0.0 };
+        let bottom = top + PANEL_H;
         let _ = writeln!(
             s,
-            r##"<rect x="{LEFT}" y="{y0}" width="{}" height="{PANEL_H}" fill="none" stroke="#999"/>"##,
+            r##"<rect x="{LEFT}" y="{top:.1}" width="{}" height="{PANEL_H}" fill="none" stroke="#999"/>"##,
             W - LEFT - RIGHT
         );
-        let _ = writeln!(
-            s,
-            r#"<text x="{LEFT}" y="{}">{}</text>"#,
-            y0 - 6.0,
-            esc(label)
-        );
-        for v in [0.0, 0.25, 0.5, 0.75, 1.0] {
-            let _ = writeln!(
-                s,
-                r##"<line x1="{LEFT}" y1="{0}" x2="{1}" y2="{0}" stroke="#eee"/><text x="{2}" y="{3}" text-anchor="end">{4:.0} %</text>"##,
-                y(v),
-                W - RIGHT,
-                LEFT - 6.0,
-                y(v) + 4.0,
-                v * 100.0
-            );
-        }
-        // Time ticks: about eight, on whole minutes.
-        let step = ((self.span_secs / 60.0 / 8.0).ceil().max(1.0)) * 60.0;
-        let mut t = 0.0;
-        while t <= self.span_secs {
-            let _ = writeln!(
-                s,
-                r##"<line x1="{0}" y1="{1}" x2="{0}" y2="{2}" stroke="#999"/><text x="{0}" y="{3}" text-anchor="middle">{4}</text>"##,
-                self.x(t),
-                y0 + PANEL_H,
-                y0 + PANEL_H + 4.0,
-                y0 + PANEL_H + 18.0,
-                &clock_label(self.day_offset_secs, (t * 1000.0) as u64)[..5]
-            );
-            t += step;
-        }
+        let vy = |v: f64| bottom - PAD - (PANEL_H - 2.0 * PAD) * axis.frac(v);
+        self.y_ticks(s, &axis, vy);
+        self.time_ticks(s, top, bottom);
         for (n, (mx, side, _)) in self.marks.iter().enumerate() {
+            let color = COLORS[side % COLORS.len()];
+            let from = match labels.get(n) {
+                Some(l) => {
+                    text(
+                        s,
+                        l.x,
+                        l.y + LANE_H - 3.0,
+                        &format!(r#" fill="{color}" font-size="{MARK_SIZE}""#),
+                        &(n + 1).to_string(),
+                    );
+                    l.y + LANE_H - 1.0
+                }
+                None => top,
+            };
             let _ = writeln!(
                 s,
-                r#"<line x1="{0}" y1="{y0}" x2="{0}" y2="{1}" stroke="{2}" stroke-dasharray="4 3" opacity="0.7"/><text x="{3}" y="{4}" fill="{2}" font-size="10">{5}</text>"#,
+                r#"<line x1="{0:.1}" y1="{from:.1}" x2="{0:.1}" y2="{bottom:.1}" stroke="{color}" stroke-dasharray="4 3" opacity="0.7"/>"#,
                 self.x(*mx),
-                y0 + PANEL_H,
-                COLORS[side % COLORS.len()],
-                self.x(*mx) + 2.0,
-                y0 + 12.0 + 11.0 * (*side as f64),
-                n + 1
             );
         }
         for (i, line) in series.iter().enumerate() {
@@ -168,7 +249,7 @@ impl Chart<'_> {
                             "{}{:.1},{:.1} ",
                             if pen { "L" } else { "M" },
                             self.x(px),
-                            y(v)
+                            vy(v)
                         );
                         pen = true;
                     }
@@ -177,12 +258,87 @@ impl Chart<'_> {
             }
             let _ = writeln!(
                 s,
-                r#"<path d="{}" fill="none" stroke="{}" stroke-width="1.6"/>"#,
+                r#"<path d="{}" fill="none" {}/>"#,
                 d.trim_end(),
-                COLORS[i % COLORS.len()]
+                stroke(i)
+            );
+        }
+        bottom + 44.0
+    }
+
+    fn y_ticks(&self, s: &mut String, axis: &Axis, vy: impl Fn(f64) -> f64) {
+        for v in axis.ticks() {
+            let y = vy(v);
+            let _ = writeln!(
+                s,
+                r##"<line x1="{LEFT}" y1="{y:.1}" x2="{}" y2="{y:.1}" stroke="#eee"/><text x="{}" y="{:.1}" text-anchor="end">{} %</text>"##,
+                W - RIGHT,
+                LEFT - 6.0,
+                y + 4.0,
+                (v * 1000.0).round() / 10.0
             );
         }
     }
+
+    /// Round wall-clock ticks, with light grid lines.
+    fn time_ticks(&self, s: &mut String, top: f64, bottom: f64) {
+        let (step, ticks) = time_ticks(self.day_offset_secs, self.span_secs, 10);
+        for t in ticks {
+            let label = clock_label(self.day_offset_secs, (t * 1000.0) as u64);
+            let label = if step % 60 == 0 { &label[..5] } else { &label };
+            let _ = writeln!(
+                s,
+                r##"<line x1="{0:.1}" y1="{top:.1}" x2="{0:.1}" y2="{bottom:.1}" stroke="#f2f2f2"/><line x1="{0:.1}" y1="{bottom:.1}" x2="{0:.1}" y2="{1:.1}" stroke="#999"/><text x="{0:.1}" y="{2:.1}" text-anchor="middle">{label}</text>"##,
+                self.x(t),
+                bottom + 4.0,
+                bottom + 18.0,
+            );
+        }
+    }
+
+    /// The series' legend, then the numbered marks, wrapped to the chart's width.
+    fn legend(&self, s: &mut String, y0: f64) -> f64 {
+        let mut x = LEFT;
+        for (i, name) in self.top.1.iter().map(|l| l.name).enumerate() {
+            let _ = writeln!(
+                s,
+                r#"<line x1="{x:.1}" y1="{y0}" x2="{:.1}" y2="{y0}" {}/>"#,
+                x + 28.0,
+                stroke(i)
+            );
+            text(s, x + 34.0, y0 + 4.0, "", name);
+            x += 34.0 + text_width(name, TEXT_SIZE) + 24.0;
+        }
+        let mut y = y0 + 6.0;
+        for (n, (at, side, what)) in self.marks.iter().enumerate() {
+            let line = format!(
+                "{}. {} {what}",
+                n + 1,
+                clock_label(self.day_offset_secs, (at * 1000.0) as u64),
+            );
+            let color = format!(r#" fill="{}""#, COLORS[side % COLORS.len()]);
+            for (k, part) in wrap(&line, chars_across(TEXT_SIZE) - 4).iter().enumerate() {
+                y += 16.0;
+                let indent = if k == 0 { 0.0 } else { 24.0 };
+                text(s, LEFT + indent, y, &color, part);
+            }
+        }
+        y
+    }
+}
+
+/// The stroke attributes of series `i`.
+fn stroke(i: usize) -> String {
+    let (width, dash) = STROKES[i % STROKES.len()];
+    let dash = if dash.is_empty() {
+        String::new()
+    } else {
+        format!(r#" stroke-dasharray="{dash}""#)
+    };
+    format!(
+        r#"stroke="{}" stroke-width="{width}" stroke-linejoin="round"{dash}"#,
+        COLORS[i % COLORS.len()]
+    )
 }
 
 /// A series from per-minute buckets, each plotted at its minute's middle.
@@ -199,144 +355,5 @@ pub(crate) fn per_minute<'a>(
     Series { name, points }
 }
 
-/// The chart of one incident.
-fn incident_chart(r: &Incident) -> Chart<'_> {
-    let runs = [&r.naive, &r.tollgate];
-    let span = runs.iter().map(|run| run.buckets.len()).max().unwrap_or(0) as f64 * 60.0;
-    let mut marks: Vec<(f64, usize, String)> = runs
-        .iter()
-        .enumerate()
-        .flat_map(|(i, run)| {
-            run.marks
-                .iter()
-                .map(move |m| (m.at_secs, i, format!("{}: {}", run.label, m.text)))
-        })
-        .collect();
-    marks.sort_by(|a, b| a.0.total_cmp(&b.0));
-    Chart {
-        title: format!("incident {}: {}", r.id, r.title),
-        day_offset_secs: r.day_offset_secs,
-        span_secs: span,
-        top: (
-            "customer success rate (per minute)",
-            runs.iter()
-                .map(|run| per_minute(run.label, &run.buckets, Bucket::success_rate))
-                .collect(),
-        ),
-        bottom: (
-            "deny breadth: share of active keys mostly denied (per minute)",
-            runs.iter()
-                .map(|run| per_minute(run.label, &run.buckets, |b| Some(b.breadth())))
-                .collect(),
-        ),
-        marks,
-    }
-}
-
-/// An HTML table of rows.
-pub(crate) fn html_table(rows: &[Row]) -> String {
-    let mut s = String::from(
-        "<table><tr><th></th><th>time to detect</th><th>wrongful-denial minutes</th>\
-         <th>customer requests failed</th><th>retry share of load</th><th>heartbeat success</th></tr>\n",
-    );
-    for r in rows {
-        let detect = match r.time_to_detect_secs {
-            Some(t) => format!("{} ({})", secs(t), r.detected_by),
-            None => format!("never ({})", r.detected_by),
-        };
-        let _ = writeln!(
-            s,
-            "<tr><th>{}</th><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            esc(r.side),
-            esc(&detect),
-            r.wrongful_denial_minutes,
-            pct(r.customer_requests_failed),
-            pct(r.retry_share_of_load),
-            r.heartbeat_success.map_or("n/a".to_owned(), pct)
-        );
-    }
-    s.push_str("</table>\n");
-    s
-}
-
-const STYLE: &str = "body{font-family:sans-serif;max-width:1000px;margin:2em auto}\
-table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}\
-pre{background:#f6f6f6;padding:8px;white-space:pre-wrap}";
-
-/// Writes a file, creating the directory.
-pub(crate) fn write(dir: &Path, name: &str, text: &str) -> Result<(), ReplayError> {
-    std::fs::create_dir_all(dir).map_err(|e| ReplayError::io("create", dir, e))?;
-    let path = dir.join(name);
-    std::fs::write(&path, text).map_err(|e| ReplayError::io("write", &path, e))
-}
-
-/// Writes one SVG per incident and `index.html`; returns the number of files written.
-pub(crate) fn write_incidents(dir: &Path, replays: &[Incident]) -> Result<usize, ReplayError> {
-    let mut html = format!(
-        "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>tollgate replay</title>\
-         <style>{STYLE}</style></head><body>\n<h1>tollgate replay: the incidents</h1>\n"
-    );
-    for r in replays {
-        let name = format!("incident-{}.svg", r.id);
-        write(dir, &name, &incident_chart(r).svg())?;
-        let _ = writeln!(
-            html,
-            "<h2>{} — {}</h2>\n<p>{}</p>\n<ul><li>naive: {}</li><li>tollgate: {}</li></ul>\n<pre>{}</pre>\n{}<p><b>verdict:</b> {}</p>\n<img src=\"{name}\" alt=\"incident {} chart\">",
-            esc(r.id),
-            esc(r.title),
-            esc(r.source),
-            esc(&r.naive.setup),
-            esc(&r.tollgate.setup),
-            esc(&r.notes.join("\n")),
-            html_table(&r.rows),
-            esc(&r.verdict),
-            esc(r.id),
-        );
-    }
-    let _ = writeln!(html, "<h2>as text</h2><pre>");
-    for r in replays {
-        html.push_str(&esc(&table(&r.rows)));
-        html.push('\n');
-    }
-    html.push_str("</pre></body></html>\n");
-    write(dir, "index.html", &html)?;
-    Ok(replays.len() + 1)
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn text_is_escaped() {
-        assert_eq!(esc(r#"a<b & "c"'"#), "a&lt;b &amp; &quot;c&quot;&#39;");
-    }
-
-    #[test]
-    fn a_chart_has_its_lines_and_marks() {
-        let chart = Chart {
-            title: "t <1>".to_owned(),
-            day_offset_secs: 0,
-            span_secs: 120.0,
-            top: (
-                "top",
-                vec![Series {
-                    name: "a",
-                    points: vec![(0.0, Some(1.0)), (60.0, None), (90.0, Some(0.5))],
-                }],
-            ),
-            bottom: ("bottom", vec![]),
-            marks: vec![(30.0, 0, "x & y".to_owned())],
-        };
-        let svg = chart.svg();
-        assert!(svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""));
-        assert!(svg.contains("t &lt;1&gt;") && svg.contains("x &amp; y"));
-        // The gap at 60 s lifts the pen: two moves, no line across it.
-        let path = svg
-            .lines()
-            .find(|l| l.starts_with("<path"))
-            .unwrap_or_default(); // test
-        assert_eq!(path.matches('M').count(), 2);
-        assert!(svg.trim_end().ends_with("</svg>"));
-    }
-}
+mod tests;

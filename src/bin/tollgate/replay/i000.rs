@@ -232,6 +232,7 @@ fn naive(tl: &Timeline, seed: u64) -> Result<Run, ReplayError> {
         marks,
         detected_at_ms: page,
         detected_by: "gateway page, failures > 10 %".to_owned(),
+        ..Run::default()
     })
 }
 
@@ -335,6 +336,7 @@ fn tollgate(tl: &Timeline, seed: u64, with_watchdog: bool) -> Result<Run, Replay
         marks,
         detected_at_ms,
         detected_by: detected_by.to_owned(),
+        ..Run::default()
     })
 }
 

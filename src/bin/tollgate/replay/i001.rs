@@ -253,6 +253,7 @@ fn naive(tl: &Timeline, seed: u64) -> Result<(Run, Option<u64>), ReplayError> {
         marks,
         detected_at_ms: None,
         detected_by: "429s are not errors to its metrics; support found it in 24 min".to_owned(),
+        ..Run::default()
     };
     Ok((run, alert))
 }
@@ -400,6 +401,7 @@ fn tollgate(
         marks,
         detected_at_ms,
         detected_by: detected_by.to_owned(),
+        ..Run::default()
     };
     Ok((run, alert))
 }

@@ -351,6 +351,9 @@ pub(crate) fn replay(short: bool, seed: u64) -> Result<Incident, ReplayError> {
         marks: extra.marks,
         detected_at_ms: alert,
         detected_by: "write-availability alert".to_owned(),
+        prevented: false,
+        elections: Some(naive_elections),
+        backlog_left_bytes: Some(naive_left),
     };
 
     let clock = ManualClock::at(start);
@@ -382,7 +385,11 @@ pub(crate) fn replay(short: bool, seed: u64) -> Result<Incident, ReplayError> {
         buckets: rec.finish(),
         marks: extra.marks,
         detected_at_ms: gate.first_held,
-        detected_by: "byte budget held recovery back".to_owned(),
+        detected_by: "the byte budget held recovery back as it began: heartbeats never starved"
+            .to_owned(),
+        prevented: gate.first_held.is_some(),
+        elections: Some(extra.elections),
+        backlog_left_bytes: Some(extra.backlog_left),
     };
     let gb = |b: u64| b as f64 / 1e9;
     let mut notes = vec![
@@ -392,13 +399,9 @@ pub(crate) fn replay(short: bool, seed: u64) -> Result<Incident, ReplayError> {
             WRITES_PER_TICK * 10,
             gb(tl.backlog_bytes)
         ),
-        format!(
-            "leader elections: naive {naive_elections}, tollgate {}; recovery backlog left at the \
-             end: naive {:.0} GB, tollgate {:.0} GB (the price: recovery waits for spare capacity)",
-            extra.elections,
-            gb(naive_left),
-            gb(extra.backlog_left)
-        ),
+        "tollgate's price: recovery waits for spare capacity, so more of the backlog is left \
+         at the end (the table's last row)"
+            .to_owned(),
     ];
     if let Some(s) = stats {
         notes.push(format!(
@@ -407,7 +410,7 @@ pub(crate) fn replay(short: bool, seed: u64) -> Result<Incident, ReplayError> {
         ));
     }
     let fault_at = tl.restarts[0];
-    Ok(Incident::new(
+    let mut incident = Incident::new(
         (
             "003",
             "recovery traffic starving heartbeats, and a retry storm",
@@ -418,18 +421,36 @@ pub(crate) fn replay(short: bool, seed: u64) -> Result<Incident, ReplayError> {
         naive,
         tollgate,
         |n, t| {
+            let pct = |x: Option<f64>| x.map_or("–".to_owned(), super::report::pct);
+            let count = |x: Option<u64>| x.map_or("–".to_owned(), super::report::thousands);
+            let gb = |x: Option<f64>| {
+                x.map_or("–".to_owned(), |g| {
+                    format!("{} GB", super::report::thousands(g.round() as u64))
+                })
+            };
             format!(
-                "heartbeats {} delivered under tollgate against {} naive; retries {:.1} % of \
-                 load against {:.1} %, writes failed {:.2} % against {:.2} %",
-                t.heartbeat_success
-                    .map_or("n/a".to_owned(), super::report::pct),
-                n.heartbeat_success
-                    .map_or("n/a".to_owned(), super::report::pct),
+                "heartbeats {} delivered under tollgate against {} naive, leader elections {} \
+                 against {}; retries {:.1} % of load against {:.1} %, writes failed {:.2} % \
+                 against {:.2} %; the price: {} of recovery left at the end against {}",
+                pct(t.heartbeat_success),
+                pct(n.heartbeat_success),
+                count(t.leader_elections),
+                count(n.leader_elections),
                 t.retry_share_of_load * 100.0,
                 n.retry_share_of_load * 100.0,
                 t.customer_requests_failed * 100.0,
                 n.customer_requests_failed * 100.0,
+                gb(t.recovery_backlog_left_gb),
+                gb(n.recovery_backlog_left_gb),
             )
         },
-    ))
+    );
+    incident.breadth_note = Some(BREADTH_NOTE);
+    Ok(incident)
 }
+
+/// Why the naive side's deny breadth is near 100 % while most of its writes succeed.
+const BREADTH_NOTE: &str = "a client counts as denied in a minute when more of its attempts \
+failed than got through. The naive side has no limiter: its writes are lost on the saturated \
+link, and each is retried up to 10 times, so most attempts fail (breadth near 100 %) while most \
+writes still get through on a later try (the success rate above).";

@@ -2,10 +2,11 @@
 
 use serde::Serialize;
 
+use super::charts::Headline;
 use super::sim::{Bucket, Mark};
 
 /// One side of a replay: the naive limiter, or tollgate.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Default, Serialize)]
 pub(crate) struct Run {
     /// "naive" or "tollgate".
     pub(crate) label: &'static str,
@@ -19,6 +20,13 @@ pub(crate) struct Run {
     /// start, and what said it.
     pub(crate) detected_at_ms: Option<u64>,
     pub(crate) detected_by: String,
+    /// The side kept the fault from taking hold (there was nothing to detect): its
+    /// `detected_at_ms` is when its guard first acted.
+    pub(crate) prevented: bool,
+    /// Leader elections, where the incident has leaders (003).
+    pub(crate) elections: Option<u64>,
+    /// Recovery data still to copy when the run ends, where the incident recovers (003).
+    pub(crate) backlog_left_bytes: Option<u64>,
 }
 
 /// One row of an incident's table.
@@ -36,6 +44,15 @@ pub(crate) struct Row {
     pub(crate) retry_share_of_load: f64,
     /// Heartbeats delivered on time, where the incident has heartbeats.
     pub(crate) heartbeat_success: Option<f64>,
+    /// The side prevented the fault rather than detected it (`time_to_detect_secs` is then
+    /// when its guard first acted).
+    pub(crate) prevented: bool,
+    /// Leader elections, where the incident has leaders.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) leader_elections: Option<u64>,
+    /// Recovery data still to copy at the end, in GB (10^9 bytes), where the incident recovers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) recovery_backlog_left_gb: Option<f64>,
 }
 
 /// A wrongful-denial minute: more than this share of in-contract originals denied or lost.
@@ -60,6 +77,9 @@ impl Run {
             customer_requests_failed: share(sum(|b| b.failed), sum(|b| b.requests)),
             retry_share_of_load: share(sum(|b| b.retries), sum(|b| b.attempts)),
             heartbeat_success: (hb > 0).then(|| share(sum(|b| b.heartbeats_ok), hb)),
+            prevented: self.prevented,
+            leader_elections: self.elections,
+            recovery_backlog_left_gb: self.backlog_left_bytes.map(|b| b as f64 / 1e9),
         }
     }
 }
@@ -80,6 +100,8 @@ pub(crate) struct Incident {
     pub(crate) notes: Vec<String>,
     pub(crate) rows: Vec<Row>,
     pub(crate) verdict: String,
+    /// Why the chart's deny breadth reads as it does, where it needs a word.
+    pub(crate) breadth_note: Option<&'static str>,
     pub(crate) naive: Run,
     pub(crate) tollgate: Run,
 }
@@ -105,6 +127,7 @@ impl Incident {
             notes,
             rows,
             verdict,
+            breadth_note: None,
             naive,
             tollgate,
         }
@@ -115,8 +138,40 @@ impl Incident {
         clock_label(self.day_offset_secs, ms)
     }
 
-    /// The table and the verdict, for people.
-    pub(crate) fn human(&self) -> String {
+    /// The figures a chart carries under its title, each with both sides: the incident's
+    /// own first (003's heartbeats and elections), then the ones every incident has.
+    pub(crate) fn headlines(&self) -> Vec<Headline> {
+        const ORDER: [&str; 6] = [
+            "heartbeats delivered",
+            "leader elections",
+            "wrongful-denial minutes",
+            "customer requests failed",
+            "retry share of load",
+            "recovery backlog left",
+        ];
+        let shown = shown(&self.rows);
+        ORDER
+            .iter()
+            .filter_map(|name| shown.iter().find(|(m, _)| m.name == *name))
+            .map(|(m, cells)| Headline {
+                // A cost reads as a loss on a chart unless it says whose price it is.
+                name: if m.name == "recovery backlog left" {
+                    "recovery backlog left at the end (the price of holding it back)"
+                } else {
+                    m.name
+                },
+                values: self
+                    .rows
+                    .iter()
+                    .zip(cells)
+                    .map(|(r, c)| format!("{} {}", r.side, c.as_deref().unwrap_or("–")))
+                    .collect(),
+            })
+            .collect()
+    }
+
+    /// The table and the verdict, for people; figures not in `explained` are explained.
+    pub(crate) fn human(&self, explained: &mut Vec<&'static str>) -> String {
         let mut s = format!(
             "== incident {}: {}\n   ({}; seed {}; fault at {})\n",
             self.id,
@@ -131,11 +186,18 @@ impl Incident {
             s.push('\n');
         }
         s.push('\n');
-        s.push_str(&table(&self.rows));
+        s.push_str(&table(&self.rows, explained));
         s.push_str(&format!("\nverdict: {}\n", self.verdict));
         s
     }
 }
+
+/// The last lines of an incident run: what to try next.
+pub(crate) const NEXT_STEP: &str = "next: replay your own access log against your limits, and \
+see who a change would deny:
+  tollgate replay --traffic access.csv --limits limits.toml --against new-limits.toml
+  (CSV with a header, or JSON lines: a timestamp and a key per request; the columns are in
+  `tollgate replay --help`; `tollgate replay --generate sample.csv` writes a sample log)";
 
 pub(crate) fn clock_label(day_offset_secs: u64, ms: u64) -> String {
     let t = (day_offset_secs + ms / 1000) % 86_400;
@@ -157,45 +219,125 @@ pub(crate) fn secs(s: f64) -> String {
     }
 }
 
-/// The table rows as aligned text columns.
-pub(crate) fn table(rows: &[Row]) -> String {
-    let header = [
-        "",
-        "time to detect",
-        "wrongful-denial minutes",
-        "customer requests failed",
-        "retry share of load",
-        "heartbeat success",
-    ];
-    let cells: Vec<[String; 6]> = rows
-        .iter()
-        .map(|r| {
-            [
-                r.side.to_owned(),
-                match r.time_to_detect_secs {
-                    Some(s) => format!("{} ({})", secs(s), r.detected_by),
-                    None => format!("never ({})", r.detected_by),
-                },
-                r.wrongful_denial_minutes.to_string(),
-                pct(r.customer_requests_failed),
-                pct(r.retry_share_of_load),
-                r.heartbeat_success.map_or("n/a".to_owned(), pct),
-            ]
-        })
-        .collect();
-    let mut out = String::new();
-    // Column by column: the header over each side's cell, so long detection notes stay
-    // readable on an 80-column terminal.
-    for (c, name) in header.iter().enumerate().skip(1) {
-        out.push_str(&format!("  {name:<26}"));
-        for row in &cells {
-            out.push_str(&format!(" {:<9} {}", format!("{}:", row[0]), row[c]));
-            out.push_str("\n                            ");
+/// `62533` as `62,533`.
+pub(crate) fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
         }
-        out.truncate(out.trim_end().len());
-        out.push('\n');
+        out.push(c);
     }
     out
+}
+
+/// One figure of the table: its name, what it means (printed with it: the reader of a
+/// table has no glossary at hand), and each side's cell, `None` where the incident does not
+/// have it (a row with no cell at all is left out).
+pub(crate) struct Metric {
+    pub(crate) name: &'static str,
+    pub(crate) explain: &'static str,
+    pub(crate) cell: fn(&Row) -> Option<String>,
+}
+
+fn detect_cell(r: &Row) -> Option<String> {
+    Some(match (r.prevented, r.time_to_detect_secs) {
+        (true, _) => format!("prevented, nothing to detect ({})", r.detected_by),
+        (false, Some(s)) => format!("{} ({})", secs(s), r.detected_by),
+        (false, None) => format!("never ({})", r.detected_by),
+    })
+}
+
+/// The table's figures, in order.
+pub(crate) const METRICS: [Metric; 7] = [
+    Metric {
+        name: "time to detect",
+        explain: "from the fault to the side's own first signal",
+        cell: detect_cell,
+    },
+    Metric {
+        name: "wrongful-denial minutes",
+        explain: "minutes in which more than 1 % of the requests within their quota were \
+                  denied or lost",
+        cell: |r| Some(r.wrongful_denial_minutes.to_string()),
+    },
+    Metric {
+        name: "customer requests failed",
+        explain: "not served, or served after the client gave up",
+        cell: |r| Some(pct(r.customer_requests_failed)),
+    },
+    Metric {
+        name: "retry share of load",
+        explain: "retries over all attempts: the load retrying adds",
+        cell: |r| Some(pct(r.retry_share_of_load)),
+    },
+    Metric {
+        name: "heartbeats delivered",
+        explain: "on time; a partition that misses 4 in a row elects a new leader",
+        cell: |r| r.heartbeat_success.map(pct),
+    },
+    Metric {
+        name: "leader elections",
+        explain: "each refuses the partition's writes for 5 s",
+        cell: |r| r.leader_elections.map(thousands),
+    },
+    Metric {
+        name: "recovery backlog left",
+        explain: "replica data still to copy when the replay ends",
+        cell: |r| {
+            r.recovery_backlog_left_gb
+                .map(|gb| format!("{} GB", thousands(gb.round() as u64)))
+        },
+    },
+];
+
+/// The metrics with a cell on some side, and their cells.
+pub(crate) fn shown(rows: &[Row]) -> Vec<(&'static Metric, Vec<Option<String>>)> {
+    METRICS
+        .iter()
+        .map(|m| (m, rows.iter().map(|r| (m.cell)(r)).collect::<Vec<_>>()))
+        .filter(|(_, cells)| cells.iter().any(Option::is_some))
+        .collect()
+}
+
+/// Width of the name column, and where the side's cells start.
+const NAME_W: usize = 26;
+const CELL_AT: usize = 2 + NAME_W + 1;
+
+/// The table rows as aligned text: per figure, the header over each side's cell (so long
+/// detection notes stay readable on an 80-column terminal), then what the figure means, the
+/// first time it appears (`explained` holds the figures explained so far).
+pub(crate) fn table(rows: &[Row], explained: &mut Vec<&'static str>) -> String {
+    let mut out = String::new();
+    for (m, cells) in shown(rows) {
+        for (i, (r, cell)) in rows.iter().zip(&cells).enumerate() {
+            let name = if i == 0 { m.name } else { "" };
+            let side = format!("{}:", r.side);
+            let cell = cell.as_deref().unwrap_or("–");
+            out.push_str(&format!("  {name:<NAME_W$} {side:<9} {cell}\n"));
+        }
+        if !explained.contains(&m.name) {
+            explained.push(m.name);
+            for line in super::charts::wrap(&format!("({})", m.explain), 80 - CELL_AT) {
+                out.push_str(&format!("{:CELL_AT$}{line}\n", ""));
+            }
+        }
+    }
+    out
+}
+
+/// What `tollgate replay` prints for the incidents: each one's notes, table and verdict, then
+/// where the charts went and what to do next.
+pub(crate) fn human(replays: &[Incident], charts: &str) -> String {
+    let mut explained = Vec::new();
+    let mut s = String::new();
+    for r in replays {
+        s.push_str(&r.human(&mut explained));
+        s.push('\n');
+    }
+    s.push_str(&format!("charts: {charts}\n\n{NEXT_STEP}"));
+    s
 }
 
 #[cfg(test)]
