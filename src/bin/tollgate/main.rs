@@ -61,7 +61,7 @@ enum Command {
     },
     /// Replay the three incidents (the default), or an access log against limits documents,
     /// in simulated time: tables on stdout, SVG charts and index.html in --out.
-    #[command(after_long_help = replay::LONG_HELP)]
+    #[command(after_long_help = replay::long_help())]
     Replay(replay::ReplayArgs),
 }
 
@@ -114,6 +114,9 @@ enum Status {
     Ok,
     /// Exit 1: a document is invalid or a tightening is unacknowledged.
     Rejected,
+    /// Exit 3: the replay's CI gate (`--fail-if-newly-denied`) blocks the change. Worse
+    /// than 1 (its finding stands despite bad lines), better than 2 (no finding at all).
+    Blocked,
     /// Exit 2: a file that cannot be read, or whose format cannot be told.
     Unusable,
 }
@@ -123,6 +126,7 @@ impl From<Status> for ExitCode {
         ExitCode::from(match status {
             Status::Ok => 0,
             Status::Rejected => 1,
+            Status::Blocked => 3,
             Status::Unusable => 2,
         })
     }

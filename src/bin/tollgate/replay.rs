@@ -32,21 +32,16 @@ pub(crate) const LONG_HELP: &str = r#"Incidents (the default; seeded, determinis
   were denied or lost), customer requests failed, retry share of load (retries over all
   attempts), heartbeat success (003).
 
-Traffic (--traffic FILE --limits OLD.toml [--against NEW.toml]):
-  FILE is CSV (a header line naming the columns) or JSON lines (one object per line), told
-  apart by the first character. Columns: timestamp (RFC 3339, or epoch milliseconds), key,
-  and optionally tier, category, route, status, bytes, attempt. Rows must be in time order
-  (a row up to 1 s earlier than the latest is replayed at the latest; an older one is a bad
-  line). Bad lines are counted and reported with their line numbers (the first 20 shown).
-  Memory stays bounded: keys are tracked in the limiters (bounded by max_keys) and the
-  per-key deny counts keep the 10,000 keys denied most (a space-saving top-k).
-  --generate FILE writes a sample log (--lines N, --keys N, --seed N).
-
 Output: a table per incident (or per document) on stdout, SVG charts and index.html in --out.
   --format json prints one JSON object instead of the tables (charts are still written).
 
 Exit status: 0 on success, 1 when the traffic file had bad lines or a document is invalid,
 2 on a usage error or a file that cannot be read."#;
+
+/// `tollgate replay --help`: the incidents, then the traffic replay and its JSON.
+pub(crate) fn long_help() -> String {
+    format!("{LONG_HELP}\n\n{}", traffic::HELP)
+}
 
 /// Options of `tollgate replay`.
 #[derive(Debug, Args)]
@@ -54,20 +49,25 @@ pub(crate) struct ReplayArgs {
     /// Which incident to replay (the default when no traffic is given: all).
     #[arg(long, value_enum, conflicts_with_all = ["traffic", "generate"])]
     incident: Option<Which>,
-    /// An access log to replay (CSV with a header, or JSON lines).
+    /// An access log to replay (CSV with a header, or JSON lines; gzip-compressed or not;
+    /// `-` for stdin). Given several times, the logs are merged by time.
     #[arg(
         long,
         value_name = "FILE",
         requires = "limits",
         conflicts_with = "generate"
     )]
-    traffic: Option<PathBuf>,
+    traffic: Vec<PathBuf>,
     /// The limits document the traffic is replayed against.
     #[arg(long, value_name = "OLD", requires = "traffic")]
     limits: Option<PathBuf>,
     /// A second document: what it would change, as a staged rollout would have run it.
     #[arg(long, value_name = "NEW", requires = "traffic")]
     against: Option<PathBuf>,
+    /// With --against: exit 3 when NEW newly denies more customers than N, or than P % of
+    /// the customers in the log (`5`, `0.5%`): a CI gate on real traffic.
+    #[arg(long, value_name = "N|P%", requires = "against", value_parser = traffic::parse_threshold)]
+    fail_if_newly_denied: Option<traffic::Threshold>,
     /// Writes a sample access log to FILE and exits.
     #[arg(long, value_name = "FILE")]
     generate: Option<PathBuf>,
@@ -171,15 +171,8 @@ pub(crate) fn run(args: &ReplayArgs, out: &mut Output) -> Status {
             out.line(format!("wrote {n} lines to {}", file.display()));
             Status::Ok
         })
-    } else if let (Some(file), Some(limits)) = (&args.traffic, &args.limits) {
-        traffic::run(
-            file,
-            limits,
-            args.against.as_deref(),
-            &args.out,
-            args.format,
-            out,
-        )
+    } else if let (false, Some(limits)) = (args.traffic.is_empty(), &args.limits) {
+        traffic::run(args, limits, out)
     } else {
         run_incidents(args, out)
     };

@@ -1,17 +1,17 @@
-//! `tollgate replay --traffic FILE --limits OLD [--against NEW]`: an access log replayed
+//! `tollgate replay --traffic FILE… --limits OLD [--against NEW]`: access logs replayed
 //! against limits documents in simulated time, streaming, in bounded memory.
 //!
 //! Each side (OLD, and NEW if given) is a [`LimitsHandle`] on one `ManualClock` that follows
-//! the log's timestamps. With NEW, the same requests also go through a [`Rollout`] from OLD
-//! to NEW (as it would have run from the log's first line) and NEW's verdicts are fed to a
-//! [`FaultDetector`] whose baseline is OLD's run, for its verdict.
+//! the log's timestamps, checking every policy that applies to a request
+//! ([`LimitsHandle::check_all`]). With NEW, the same requests also go through a [`Rollout`]
+//! from OLD to NEW (as it would have run from the log's first line) and NEW's verdicts are
+//! fed to a [`FaultDetector`] whose baseline is OLD's run, for its verdict.
 //!
 //! Memory: the limiters keep at most `max_keys` keys each (the library's bound); the tallies
-//! keep at most [`MAX_EVER_DENIED`] key hashes, [`MAX_HARDEST`] denied keys by name and
-//! [`MAX_MINUTE_KEYS`] keys per minute; minutes past [`MAX_MINUTES`] after the first line
-//! are bad lines. Beyond a cap, counts say "at least".
+//! keep at most `MAX_EVER_DENIED` key hashes, `MAX_HARDEST` denied keys by name and
+//! `MAX_MINUTE_KEYS` keys per minute; minutes past `MAX_MINUTES` after the first line are
+//! bad lines. Beyond a cap, counts say "at least".
 
-use std::io::{BufRead, BufReader, IsTerminal, Read};
 use std::path::Path;
 use std::time::Duration;
 
@@ -20,20 +20,30 @@ use tollgate::{
 };
 
 use super::sim::MINUTE;
-use super::ReplayError;
+use super::{ReplayArgs, ReplayError};
+use crate::load::Loaded;
 use crate::{Output, OutputFormat, Status};
 
 mod compare;
+mod gate;
 mod generate;
+mod input;
+mod merge;
 mod output;
 mod parse;
 mod tally;
+mod time;
 
 use compare::{compare, detector, rollout_marks, Events};
+use gate::Gate;
+pub(crate) use gate::{parse_threshold, Threshold};
 pub(crate) use generate::generate;
-use output::{human, peak_rss_kib, write_charts, Report};
-use parse::{BadLine, Next, Reader, Record};
-use tally::{key_hash, Tally, MAX_MINUTES};
+use merge::{Item, Merge};
+use output::{human, peak_rss_kib, write_charts, Report, ShownBad};
+use parse::{BadLine, Record};
+use tally::{key_hash, Customers, Tally, MAX_MINUTES};
+
+pub(crate) use output::HELP;
 
 /// Bad lines listed by number (all are counted).
 const SHOWN_BAD: usize = 20;
@@ -51,55 +61,47 @@ struct Side {
 
 impl Side {
     fn check(&mut self, minute: usize, rec: &Record, hash: u64) -> Option<Verdict> {
-        let cost = match self.limits.resolve(&rec.tier, &rec.category, &rec.route) {
+        let policy = self.limits.resolve(&rec.tier, &rec.category, &rec.route);
+        let cost = match policy {
             Some(p) if p.quota().is_bytes() => rec.bytes.unwrap_or(1).max(1),
             _ => 1,
         };
         let check = Check::cost(cost).attempt(rec.attempt);
         match self
             .handle
-            .check(&rec.tier, &rec.category, &rec.route, &rec.key, check)
+            .check_all(&rec.tier, &rec.category, &rec.route, &rec.key, check)
         {
             Ok(d) => {
-                self.tally
-                    .record(minute, &rec.key, hash, d.policy(), d.is_permitted());
+                self.tally.decision(minute, &rec.key, hash, &d);
                 d.policy().map(|_| d.verdict())
             }
             Err(_) => {
-                self.tally.oversized += 1;
-                let policy = self
-                    .limits
-                    .resolve(&rec.tier, &rec.category, &rec.route)
-                    .map(|p| p.name().to_owned());
-                self.tally
-                    .record(minute, &rec.key, hash, policy.as_deref(), false);
+                let name = policy.map(|p| p.name());
+                self.tally.oversized(minute, &rec.key, hash, name);
                 None
             }
         }
     }
 }
 
+/// Loads a limits document: a file that cannot be read is a usage error (exit 2), an
+/// invalid document a rejected one (exit 1), each problem named once with its file.
 fn load(path: &Path) -> Result<Limits, ReplayError> {
-    Limits::from_path(path).map_err(|errors| {
-        let list: Vec<String> = errors
-            .iter()
-            .map(|e| format!("{}: {e}", path.display()))
-            .collect();
-        ReplayError::Input(list.join("\n"))
-    })
-}
-
-/// Counts the bytes read, for the progress bar.
-struct Counting<R> {
-    inner: R,
-    bar: indicatif::ProgressBar,
-}
-
-impl<R: Read> Read for Counting<R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        self.bar.inc(n as u64);
-        Ok(n)
+    let options = crate::Options {
+        format: OutputFormat::Human,
+        input_format: None,
+    };
+    let file = crate::shown(path);
+    match crate::load::load(path, &options) {
+        Loaded::Valid(limits) => Ok(limits),
+        Loaded::Unusable(problem) => Err(ReplayError::Io(problem.message)),
+        Loaded::Invalid(problems, more) => {
+            let mut list: Vec<String> = problems.iter().map(|p| p.human(&file)).collect();
+            if more > 0 {
+                list.push(format!("{file}: … and {more} more errors"));
+            }
+            Err(ReplayError::Input(list.join("\n")))
+        }
     }
 }
 
@@ -114,9 +116,11 @@ struct Replay {
     sides: Vec<Side>,
     rollout: Option<Rollout>,
     rollout_tally: Tally,
-    bad: Vec<BadLine>,
+    files: Vec<String>,
+    bad: Vec<ShownBad>,
     bad_count: u64,
     requests: u64,
+    customers: Customers,
     first: Option<i64>,
     latest: i64,
     held: Vec<(String, Verdict)>,
@@ -159,9 +163,11 @@ impl Replay {
             sides,
             rollout,
             rollout_tally: Tally::default(),
+            files: Vec::new(),
             bad: Vec::new(),
             bad_count: 0,
             requests: 0,
+            customers: Customers::default(),
             first: None,
             latest: i64::MIN,
             held: Vec::new(),
@@ -169,42 +175,52 @@ impl Replay {
         })
     }
 
-    fn bad_line(&mut self, b: BadLine) {
+    fn bad_line(&mut self, file: usize, b: BadLine) {
         self.bad_count += 1;
         if self.bad.len() < SHOWN_BAD {
-            self.bad.push(b);
+            self.bad.push(ShownBad {
+                file: self.files.get(file).cloned().unwrap_or_default(),
+                line: b.line,
+                message: b.message,
+            });
         }
     }
 
-    /// Why a record cannot be replayed where it stands in the log, if it cannot.
-    fn misplaced(&self, t0: i64, rec: &Record) -> Option<String> {
+    /// The time a record is replayed at (never before the latest line: logs merged from
+    /// several frontends jitter), or why it cannot be replayed where it stands.
+    fn place(&self, rec: &Record) -> Result<i64, String> {
+        let Some(first) = self.first else {
+            return Ok(rec.t_ms);
+        };
         if rec.t_ms < self.latest.saturating_sub(REORDER_MS) {
-            Some(format!(
+            return Err(format!(
                 "out of time order: {} ms before an earlier line",
                 self.latest.saturating_sub(rec.t_ms)
-            ))
-        } else if rec.t_ms < t0 || (rec.t_ms - t0) as u64 / MINUTE >= MAX_MINUTES {
-            Some(format!(
-                "more than {MAX_MINUTES} minutes after the first line"
-            ))
-        } else {
-            None
+            ));
         }
+        let t = rec.t_ms.max(self.latest);
+        if (t - first) as u64 / MINUTE >= MAX_MINUTES {
+            return Err(format!(
+                "more than {MAX_MINUTES} minutes after the first line"
+            ));
+        }
+        Ok(t)
     }
 
-    /// Replays one record read from `line`.
-    fn feed(&mut self, line: u64, rec: &Record) {
-        let t0 = *self.first.get_or_insert(rec.t_ms);
-        if let Some(message) = self.misplaced(t0, rec) {
-            self.bad_line(BadLine { line, message });
-            return;
-        }
-        self.latest = self.latest.max(rec.t_ms);
-        let since = (self.latest - t0) as u64;
+    /// Replays one record read from `line` of log `file`.
+    fn feed(&mut self, file: usize, line: u64, rec: &Record) {
+        let t = match self.place(rec) {
+            Ok(t) => t,
+            Err(message) => return self.bad_line(file, BadLine { line, message }),
+        };
+        let first = *self.first.get_or_insert(t);
+        self.latest = t;
+        let since = (t - first) as u64;
         self.clock.set(self.start + Duration::from_millis(since));
         let minute = (since / MINUTE) as usize;
         let hash = key_hash(&rec.key);
         self.requests += 1;
+        self.customers.insert(hash);
         for i in 0..self.sides.len() {
             let verdict = self.sides[i].check(minute, rec, hash);
             if let (1, Some(v)) = (i, verdict) {
@@ -216,9 +232,8 @@ impl Replay {
         }
         if let Some(r) = &self.rollout {
             let check = Check::cost(1).attempt(rec.attempt);
-            if let Ok(d) = r.check(&rec.tier, &rec.category, &rec.route, &rec.key, check) {
-                let tally = &mut self.rollout_tally;
-                tally.record(minute, &rec.key, hash, d.policy(), d.is_permitted());
+            if let Ok(d) = r.check_all(&rec.tier, &rec.category, &rec.route, &rec.key, check) {
+                self.rollout_tally.decision(minute, &rec.key, hash, &d);
             }
         }
         if self.detector.is_none()
@@ -249,51 +264,24 @@ impl Replay {
     }
 }
 
-/// Opens the log, with a progress bar on its bytes when both outputs are terminals.
-fn open(file: &Path) -> Result<(Reader<impl BufRead>, indicatif::ProgressBar), ReplayError> {
-    let f = std::fs::File::open(file).map_err(|e| ReplayError::io("read", file, e))?;
-    let size = f.metadata().map(|m| m.len()).unwrap_or(0);
-    let bar = if std::io::stdout().is_terminal() && std::io::stderr().is_terminal() {
-        let bar = indicatif::ProgressBar::new(size);
-        let template = "{bar:40} {bytes}/{total_bytes} {eta}";
-        if let Ok(style) = indicatif::ProgressStyle::with_template(template) {
-            bar.set_style(style);
-        }
-        bar
-    } else {
-        indicatif::ProgressBar::hidden()
-    };
-    let counting = Counting {
-        inner: f,
-        bar: bar.clone(),
-    };
-    let input = BufReader::with_capacity(1 << 16, counting);
-    let reader =
-        Reader::new(input).map_err(|e| ReplayError::Input(format!("{}: {e}", file.display())))?;
-    Ok((reader, bar))
-}
-
 /// `tollgate replay --traffic`.
 pub(crate) fn run(
-    file: &Path,
+    args: &ReplayArgs,
     limits: &Path,
-    against: Option<&Path>,
-    out_dir: &Path,
-    format: OutputFormat,
     out: &mut Output,
 ) -> Result<Status, ReplayError> {
-    let mut replay = Replay::new(limits, against)?;
-    let (mut reader, bar) = open(file)?;
+    let mut replay = Replay::new(limits, args.against.as_deref())?;
+    let mut logs = Merge::open(&args.traffic)?;
+    replay.files = logs.names().to_vec();
     loop {
-        match reader.next_record() {
-            Next::End => break,
-            Next::Bad(b) => replay.bad_line(b),
-            Next::Record(rec) => replay.feed(reader.line(), &rec),
+        match logs.next_item() {
+            Item::End => break,
+            Item::Bad { file, bad } => replay.bad_line(file, bad),
+            Item::Record { file, line, rec } => replay.feed(file, line, &rec),
         }
     }
-    bar.finish_and_clear();
     let span_ms = replay.span_ms();
-    if replay.detector.is_none() && replay.sides.len() == 2 {
+    if replay.detector.is_none() && replay.sides.len() == 2 && replay.requests > 0 {
         replay.start_detector(span_ms);
     }
     for s in &mut replay.sides {
@@ -301,43 +289,64 @@ pub(crate) fn run(
     }
     replay.rollout_tally.close_minute();
     let start = replay.start;
+    let first_ms = replay.first.unwrap_or(0);
     let against = match &replay.sides[..] {
         [old, new] => {
             let transition = Limits::check_transition(&old.limits, &new.limits, DEFAULT_GUARD);
-            let (rollout, detector) = (replay.rollout.as_ref(), replay.detector.as_ref());
-            Some(compare(old, new, transition, rollout, detector, start))
+            // Nothing replayed, nothing to judge: no rollout or detector verdict from 0 requests.
+            let ran = replay.requests > 0;
+            let rollout = replay.rollout.as_ref().filter(|_| ran);
+            let detector = replay.detector.as_ref().filter(|_| ran);
+            Some(compare(
+                old, new, transition, rollout, detector, start, first_ms,
+            ))
         }
         _ => None,
     };
+    let gate = match (args.fail_if_newly_denied, &against) {
+        (Some(t), Some(a)) => Some(Gate::judge(
+            t,
+            a.newly_denied_keys,
+            replay.customers.count(),
+            replay.customers.capped,
+        )),
+        _ => None,
+    };
     let report = Report {
-        file: file.display().to_string(),
-        lines: reader.line(),
+        files: replay.files.clone(),
+        lines: logs.lines(),
         requests: replay.requests,
         bad_lines: replay.bad_count,
         bad_shown: std::mem::take(&mut replay.bad),
+        first_ms: replay.first,
         span_ms,
         sides: &replay.sides,
         against: against.as_ref(),
+        customers: replay.customers.count(),
+        gate: gate.as_ref(),
         peak_rss_kib: peak_rss_kib(),
     };
     let marks = replay
         .rollout
         .as_ref()
+        .filter(|_| replay.requests > 0)
         .map(|r| rollout_marks(r, start))
         .unwrap_or_default();
-    write_charts(out_dir, &report, &marks, &replay.rollout_tally)?;
-    match format {
+    write_charts(&args.out, &report, &marks, &replay.rollout_tally)?;
+    match args.format {
         OutputFormat::Human => {
             human(&report, out);
-            out.line(format!("charts: {}", out_dir.join("index.html").display()));
+            out.line(format!("charts: {}", args.out.join("index.html").display()));
         }
         OutputFormat::Json => {
             let mut json = report.json();
-            json["out"] = serde_json::Value::String(out_dir.display().to_string());
+            json["out"] = serde_json::Value::String(args.out.display().to_string());
             out.line(crate::to_json(&json));
         }
     }
-    Ok(if replay.bad_count > 0 {
+    Ok(if gate.is_some_and(|g| !g.passed) {
+        Status::Blocked
+    } else if replay.bad_count > 0 {
         Status::Rejected
     } else {
         Status::Ok

@@ -2,9 +2,12 @@
 
 use std::path::Path;
 
+use serde::Serialize;
+
 use super::compare::Against;
-use super::parse::BadLine;
+use super::gate::Gate;
 use super::tally::Tally;
+use super::time::rfc3339;
 use super::Side;
 use crate::replay::charts::{self, esc, per_minute, Chart};
 use crate::replay::report::pct;
@@ -19,19 +22,105 @@ pub(super) fn peak_rss_kib() -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
-pub(super) struct Report<'a> {
+/// A bad line as the report shows it.
+#[derive(Debug, Serialize)]
+pub(super) struct ShownBad {
     pub(super) file: String,
+    pub(super) line: u64,
+    pub(super) message: String,
+}
+
+/// The version of the JSON report's shape. Fields are only ever added; a removal or a change
+/// of meaning raises it.
+const SCHEMA_VERSION: u32 = 1;
+
+/// The traffic replay and its JSON report, for `tollgate replay --help`.
+pub(crate) const HELP: &str = r#"Traffic (--traffic FILE… --limits OLD.toml [--against NEW.toml]):
+  FILE is CSV (a header line naming the columns) or JSON lines (one object per line), told
+  apart by the first character, gzip-compressed or not (told by its first bytes); - reads
+  stdin; several --traffic files are merged by time. Columns: timestamp, key, and optionally
+  tier, category, route, status, bytes, attempt. Timestamps: RFC 3339 with an offset
+  (2026-03-14T08:17:00Z, …+01:00), nginx $time_local (14/Mar/2026:08:17:00 +0000), nginx
+  $msec (1773476220.250), or epoch seconds, milliseconds or microseconds (told by size).
+  Rows should be in time order: a row up to 1 s earlier than the latest (the first row
+  included) is replayed at the latest; an older one is a bad line. Bad lines are counted and
+  reported with their file and line numbers (the first 20 shown).
+  Every policy that applies to a request is checked (the most specific one and each
+  `also = true` policy); a shadow policy never denies, and what it would deny is reported
+  apart (shadow_denied).
+  Memory stays bounded: keys are tracked in the limiters (bounded by max_keys) and the
+  per-key deny counts keep the 10,000 keys denied most (a space-saving top-k).
+  --generate FILE writes a sample log (--lines N, --keys N, --seed N).
+
+  --format json prints one object (fields are only added; schema_version changes otherwise):
+  {
+    "schema_version": 1,
+    "file": string, "files": [string],   // the logs as given ("file": the first)
+    "lines": integer,                     // lines read, over every log
+    "requests": integer,                  // requests replayed
+    "customers": integer,                 // distinct keys in the log
+    "bad_lines": integer,
+    "bad_lines_shown": [{"file": string, "line": integer, "message": string}],  // first 20
+    "first_at": string | null,            // the first request, RFC 3339
+    "span_secs": number,                  // first to last request
+    "sides": [{                           // "old", then "new" with --against
+      "side": string, "file": string, "revision": integer,
+      "allowed": integer,                 // requests let through
+      "denied": integer,                  // requests denied (enforced)
+      "shadow_denied": integer,           // let through only because the policy that
+                                          // would deny them is in shadow mode
+      "unmatched": integer,               // requests no policy applies to
+      "oversized": integer,               // denied: the cost exceeds the burst
+      "keys_ever_denied": integer, "keys_ever_denied_at_least": bool,
+      "policies": {NAME: {"allowed": integer, "denied": integer, "shadow_denied": integer}},
+      "hardest_hit": [[key, denied]],     // the 10 keys denied most
+      "deny_breadth_per_minute": [number] // share of active keys mostly denied, 0 to 1
+    }],
+    "against": null | {                   // with --against
+      "newly_denied_keys": integer,       // keys NEW denies at least once and OLD never
+      "newly_denied_at_least": bool,
+      "newly_denied_sample": [string],    // up to 10, the most denied first
+      "diff": object,                     // as `tollgate diff --format json` writes "diff"
+      "tightening_factors": [{"policy", "from", "to", "factor"}],
+      "guard": {"accepts": bool, "errors": [string]},
+      "rollout": null | {"events": [{     // null: nothing replayed, or refused
+        "event": "staged" | "complete" | "halted", "at": string, "after_secs": number,
+        "percent": number, "reverted": bool, "reason": string | null}]},
+      "detector": null | {"tripped": bool, "at": string | null, "after_secs": number | null,
+        "deny_breadth": number, "baseline": number | null, "summary": string}
+    },
+    "gate": null | {                      // with --fail-if-newly-denied
+      "threshold": string, "limit": integer, "newly_denied": integer,
+      "customers": integer, "customers_at_least": bool, "passed": bool},
+    "peak_rss_kib": integer | null, "out": string
+  }
+
+Exit status (traffic): 0 on success, 1 when a log had bad lines or a document is invalid,
+2 on a usage error or a file that cannot be read, 3 when --fail-if-newly-denied N|P% is
+given and NEW newly denies more customers than that (3 wins over 1, 2 over both)."#;
+
+pub(super) struct Report<'a> {
+    pub(super) files: Vec<String>,
     pub(super) lines: u64,
     pub(super) requests: u64,
     pub(super) bad_lines: u64,
-    pub(super) bad_shown: Vec<BadLine>,
+    pub(super) bad_shown: Vec<ShownBad>,
+    pub(super) first_ms: Option<i64>,
     pub(super) span_ms: u64,
     pub(super) sides: &'a [Side],
     pub(super) against: Option<&'a Against>,
+    /// Distinct keys in the log.
+    pub(super) customers: u64,
+    pub(super) gate: Option<&'a Gate>,
     pub(super) peak_rss_kib: Option<u64>,
 }
 
 impl Report<'_> {
+    /// The logs' names, joined.
+    fn name(&self) -> String {
+        self.files.join(", ")
+    }
+
     pub(super) fn json(&self) -> serde_json::Value {
         let sides: Vec<serde_json::Value> = self
             .sides
@@ -44,6 +133,7 @@ impl Report<'_> {
                     "revision": s.limits.revision(),
                     "allowed": t.overall.allowed,
                     "denied": t.overall.denied,
+                    "shadow_denied": t.overall.shadow_denied,
                     "unmatched": t.unmatched,
                     "oversized": t.oversized,
                     "keys_ever_denied": t.ever_denied.len(),
@@ -55,30 +145,39 @@ impl Report<'_> {
             })
             .collect();
         serde_json::json!({
-            "file": self.file,
+            "schema_version": SCHEMA_VERSION,
+            "file": self.files.first(),
+            "files": self.files,
             "lines": self.lines,
             "requests": self.requests,
+            "customers": self.customers,
             "bad_lines": self.bad_lines,
             "bad_lines_shown": self.bad_shown,
+            "first_at": self.first_ms.map(rfc3339),
             "span_secs": self.span_ms as f64 / 1000.0,
             "sides": sides,
             "against": self.against,
+            "gate": self.gate,
             "peak_rss_kib": self.peak_rss_kib,
         })
     }
 }
 
 pub(super) fn human(r: &Report<'_>, out: &mut Output) {
+    let name = r.name();
+    let from = r
+        .first_ms
+        .map(|t| format!(" from {}", rfc3339(t)))
+        .unwrap_or_default();
     out.line(format!(
-        "{}: {} lines, {} requests over {}, {} bad lines",
-        r.file,
+        "{name}: {} lines, {} requests over {}{from}, {} bad lines",
         r.lines,
         r.requests,
         crate::replay::report::secs(r.span_ms as f64 / 1000.0),
         r.bad_lines
     ));
     for b in &r.bad_shown {
-        out.line(format!("  {}:{}: {}", r.file, b.line, b.message));
+        out.line(format!("  {}:{}: {}", b.file, b.line, b.message));
     }
     if r.bad_lines > r.bad_shown.len() as u64 {
         out.line(format!(
@@ -86,86 +185,128 @@ pub(super) fn human(r: &Report<'_>, out: &mut Output) {
             r.bad_lines - r.bad_shown.len() as u64
         ));
     }
+    if r.requests == 0 {
+        out.line("no requests in the log: nothing to replay, no verdict to give");
+    }
     for s in r.sides {
-        let t = &s.tally;
-        let total = t.overall.allowed + t.overall.denied;
-        out.line(String::new());
-        out.line(format!(
-            "{} ({}, revision {}): allowed {}, denied {} ({}), keys ever denied {}{}, unmatched {}",
-            s.name,
-            s.file,
-            s.limits.revision(),
-            t.overall.allowed,
-            t.overall.denied,
-            pct(if total == 0 {
-                0.0
-            } else {
-                t.overall.denied as f64 / total as f64
-            }),
-            if t.ever_denied_capped {
-                "at least "
-            } else {
-                ""
-            },
-            t.ever_denied.len(),
-            t.unmatched
-        ));
-        for (name, c) in &t.policies {
-            out.line(format!(
-                "  {name:<24} allowed {:>10}  denied {:>10}",
-                c.allowed, c.denied
-            ));
-        }
-        let peak = t.minutes.iter().map(Bucket::breadth).fold(0.0, f64::max);
-        out.line(format!("  peak deny breadth (per minute): {}", pct(peak)));
-        let hardest = t.hardest(5);
-        if !hardest.is_empty() {
-            let list: Vec<String> = hardest.iter().map(|(k, n)| format!("{k} ({n})")).collect();
-            out.line(format!("  hardest hit: {}", list.join(", ")));
-        }
+        side(s, out);
     }
     if let Some(a) = r.against {
-        out.line(String::new());
+        against(a, r.requests, out);
+    }
+    if let Some(g) = r.gate {
+        out.line(g.human());
+    }
+    if let Some(kib) = r.peak_rss_kib {
+        out.line(format!("peak memory: {:.1} MiB", kib as f64 / 1024.0));
+    }
+}
+
+/// One side's lines.
+fn side(s: &Side, out: &mut Output) {
+    let t = &s.tally;
+    let total = t.overall.allowed + t.overall.denied;
+    out.line(String::new());
+    out.line(format!(
+        "{} ({}, revision {}): allowed {}, denied {} ({}), keys ever denied {}{}, unmatched {}",
+        s.name,
+        s.file,
+        s.limits.revision(),
+        t.overall.allowed,
+        t.overall.denied,
+        pct(if total == 0 {
+            0.0
+        } else {
+            t.overall.denied as f64 / total as f64
+        }),
+        if t.ever_denied_capped {
+            "at least "
+        } else {
+            ""
+        },
+        t.ever_denied.len(),
+        t.unmatched
+    ));
+    if t.overall.shadow_denied > 0 {
         out.line(format!(
-            "difference: {}{} customers newly denied{}",
-            if a.newly_denied_at_least {
-                "at least "
-            } else {
-                ""
-            },
-            a.newly_denied_keys,
-            if a.newly_denied_sample.is_empty() {
-                String::new()
-            } else {
-                format!(" (e.g. {})", a.newly_denied_sample.join(", "))
-            }
+            "  shadow policies would deny {} more (let through: not enforced)",
+            t.overall.shadow_denied
         ));
-        out.line(a.diff.trim_end());
-        for (policy, from, to, factor) in &a.tightening_factors {
-            out.line(format!(
-                "  tightening: {policy}: {from} → {to}: {factor:.1}×"
-            ));
+    }
+    for (name, c) in &t.policies {
+        let shadow = if c.shadow_denied > 0 {
+            format!("  would deny {:>10} (shadow)", c.shadow_denied)
+        } else {
+            String::new()
+        };
+        out.line(format!(
+            "  {name:<24} allowed {:>10}  denied {:>10}{shadow}",
+            c.allowed, c.denied
+        ));
+    }
+    let peak = t.minutes.iter().map(Bucket::breadth).fold(0.0, f64::max);
+    out.line(format!("  peak deny breadth (per minute): {}", pct(peak)));
+    let hardest = t.hardest(5);
+    if !hardest.is_empty() {
+        let list: Vec<String> = hardest.iter().map(|(k, n)| format!("{k} ({n})")).collect();
+        out.line(format!("  hardest hit: {}", list.join(", ")));
+    }
+}
+
+/// The comparison's lines.
+fn against(a: &Against, requests: u64, out: &mut Output) {
+    out.line(String::new());
+    out.line(format!(
+        "difference: {}{} customers newly denied{}",
+        if a.newly_denied_at_least {
+            "at least "
+        } else {
+            ""
+        },
+        a.newly_denied_keys,
+        if a.newly_denied_sample.is_empty() {
+            String::new()
+        } else {
+            format!(" (e.g. {})", a.newly_denied_sample.join(", "))
         }
-        match &a.transition {
-            Ok(()) => out.line("  the guard accepts the transition"),
-            Err(errors) => {
-                for e in errors {
-                    out.line(format!("  the guard refuses it: {e}"));
-                }
-            }
-        }
-        out.line(if a.transition.is_ok() {
+    ));
+    out.line(a.diff.to_string().trim_end());
+    for f in &a.tightening_factors {
+        out.line(format!(
+            "  tightening: {}: {} → {}: {:.1}×",
+            f.policy, f.from, f.to, f.factor
+        ));
+    }
+    if a.guard.accepts {
+        out.line("  the guard accepts the transition");
+    }
+    for e in &a.guard.errors {
+        out.line(format!("  the guard refuses it: {e}"));
+    }
+    if let Some(r) = &a.rollout {
+        out.line(if a.guard.accepts {
             "rollout, as it would have run from the first line:"
         } else {
             "rollout, as it would have run from the first line had the tightening been acknowledged:"
         });
-        for l in &a.rollout {
-            out.line(format!("  {l}"));
+        for e in &r.events {
+            let what = match e.event {
+                "staged" => format!("stage {} % of keys", e.percent),
+                "complete" => "complete".to_owned(),
+                _ => format!(
+                    "halted at {} %{}: {}",
+                    e.percent,
+                    if e.reverted { " and reverted" } else { "" },
+                    e.reason.as_deref().unwrap_or("")
+                ),
+            };
+            out.line(format!("  {}: {what}", e.at));
         }
-        out.line(format!("detector: {}", a.detector));
+    } else if requests > 0 {
+        out.line("rollout: not run: the rollout refused the documents");
     }
-    if let Some(kib) = r.peak_rss_kib {
-        out.line(format!("peak memory: {:.1} MiB", kib as f64 / 1024.0));
+    if let Some(d) = &a.detector {
+        out.line(format!("detector: {}", d.summary));
     }
 }
 
@@ -195,7 +336,7 @@ pub(super) fn write_charts(
         }));
     }
     let chart = Chart {
-        title: format!("traffic replay: {}", r.file),
+        title: format!("traffic replay: {}", r.name()),
         day_offset_secs: 0,
         span_secs: (r.span_ms as f64 / 1000.0).max(60.0),
         top: (
@@ -212,7 +353,7 @@ pub(super) fn write_charts(
     let mut html = format!(
         "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>tollgate replay: traffic</title></head>\
          <body style=\"font-family:sans-serif;max-width:1000px;margin:2em auto\">\n<h1>traffic replay: {}</h1>\n",
-        esc(&r.file)
+        esc(&r.name())
     );
     let mut text = Output::default();
     human(r, &mut text);

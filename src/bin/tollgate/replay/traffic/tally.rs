@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 
 use serde::Serialize;
+use tollgate::{MultiDecision, PassReason, Shadow, Verdict};
 
 use crate::replay::sim::Bucket;
 
@@ -17,11 +18,38 @@ pub(super) const MAX_MINUTE_KEYS: usize = 100_000;
 /// Minutes after the first line a log may span (about 69 days).
 pub(super) const MAX_MINUTES: u64 = 100_000;
 
+/// Distinct keys seen in the log (by hash), counted exactly up to [`MAX_EVER_DENIED`]
+/// keys, a lower bound past that.
+#[derive(Debug, Default)]
+pub(super) struct Customers {
+    seen: HashSet<u64>,
+    pub(super) capped: bool,
+}
+
+impl Customers {
+    pub(super) fn insert(&mut self, hash: u64) {
+        if self.seen.len() < MAX_EVER_DENIED {
+            self.seen.insert(hash);
+        } else if !self.seen.contains(&hash) {
+            self.capped = true;
+        }
+    }
+
+    pub(super) fn count(&self) -> u64 {
+        self.seen.len() as u64
+    }
+}
+
 /// Allowed and denied checks.
 #[derive(Clone, Copy, Debug, Default, Serialize)]
 pub(super) struct Counts {
+    /// Let through (shadow policies' would-be denials included: they enforce nothing).
     pub(super) allowed: u64,
+    /// Enforced denials.
     pub(super) denied: u64,
+    /// Let through only because the policy denying them is in shadow mode: what it would deny
+    /// once enforced (NGINX's `limit_req_dry_run`, Envoy's shadow stats, AWS WAF's Count).
+    pub(super) shadow_denied: u64,
 }
 
 /// What one side saw.
@@ -49,34 +77,62 @@ pub(super) fn key_hash(key: &str) -> u64 {
 }
 
 impl Tally {
+    /// Tallies a decision of every policy that applied: each policy's verdict, then the
+    /// request's overall one.
+    pub(super) fn decision(&mut self, minute: usize, key: &str, hash: u64, d: &MultiDecision) {
+        let mut shadow_denied = false;
+        for v in d.verdicts() {
+            let c = match self.policies.get_mut(v.policy()) {
+                Some(c) => c,
+                None => self.policies.entry(v.policy().to_owned()).or_default(),
+            };
+            match v.verdict() {
+                Verdict::Deny(_) => c.denied += 1,
+                Verdict::PassThrough(p)
+                    if p.reason() == PassReason::Shadow && p.shadow() == Shadow::Deny =>
+                {
+                    c.allowed += 1;
+                    c.shadow_denied += 1;
+                    shadow_denied = true;
+                }
+                _ => c.allowed += 1,
+            }
+        }
+        let matched = !d.verdicts().is_empty();
+        self.record(minute, key, hash, matched, d.is_permitted(), shadow_denied);
+    }
+
+    /// A request denied because its cost exceeds `policy`'s burst.
+    pub(super) fn oversized(&mut self, minute: usize, key: &str, hash: u64, policy: Option<&str>) {
+        self.oversized += 1;
+        if let Some(policy) = policy {
+            self.policies.entry(policy.to_owned()).or_default().denied += 1;
+        }
+        self.record(minute, key, hash, true, false, false);
+    }
+
+    /// Tallies a request's overall verdict: `matched` if a policy applied, `shadow_denied`
+    /// if a shadow policy would have denied it.
     pub(super) fn record(
         &mut self,
         minute: usize,
         key: &str,
         hash: u64,
-        policy: Option<&str>,
+        matched: bool,
         permitted: bool,
+        shadow_denied: bool,
     ) {
-        let Some(policy) = policy else {
+        if !matched {
             self.unmatched += 1;
             return;
-        };
-        let c = match self.policies.get_mut(policy) {
-            Some(c) => c,
-            None => self.policies.entry(policy.to_owned()).or_default(),
-        };
-        let slot = if permitted {
-            &mut c.allowed
-        } else {
-            &mut c.denied
-        };
-        *slot += 1;
+        }
         let slot = if permitted {
             &mut self.overall.allowed
         } else {
             &mut self.overall.denied
         };
         *slot += 1;
+        self.overall.shadow_denied += u64::from(shadow_denied);
         while self.minutes.len() <= minute {
             self.close_minute();
             self.minutes.push(Bucket::default());
