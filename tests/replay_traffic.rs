@@ -403,3 +403,114 @@ fn the_ci_gate_exits_3_past_its_threshold() {
         bad.stderr
     );
 }
+
+/// One policy of one request a second, burst 1.
+const ONE_PER_SEC: &str = r#"schema = 1
+revision = 1
+[[policies]]
+name = "one"
+match = { route = "/*" }
+quota = "1/s;burst=1"
+"#;
+
+#[test]
+fn client_models_retry_as_their_clients_would() {
+    let dir = TempDir::new();
+    // Two requests at once (the second denied, retry after 1 s), then the log's own retry
+    // of the second, which a client model drops in favour of its own; the old system had
+    // answered 429 to the second.
+    let text = "timestamp,key,route,status,attempt\n\
+                1773475200000,a,/x,200,0\n\
+                1773475200000,a,/x,429,0\n\
+                1773475200010,a,/x,429,1\n";
+    let clients = |model: &str| {
+        let run = replay(
+            &dir,
+            text,
+            ONE_PER_SEC,
+            &["--clients", model, "--format", "json"],
+        );
+        assert_eq!(run.code, Some(0), "{}", run.stderr);
+        let json = run.json();
+        assert_eq!(json["clients"]["model"], model);
+        json
+    };
+    let none = clients("none");
+    assert_eq!(none["requests"], 3);
+    assert_eq!(none["sides"][0]["denied"], 2);
+    assert_eq!(none["sides"][0]["clients"]["retries"], 0);
+    assert_eq!(none["sides"][0]["log_429"], 2);
+    assert_eq!(none["sides"][0]["log_429_denied"], 2);
+
+    // retry-after: the second comes back after 1 s and gets through.
+    let after = clients("retry-after");
+    assert_eq!(after["requests"], 2);
+    assert_eq!(after["clients"]["log_retries_dropped"], 1);
+    let c = &after["sides"][0]["clients"];
+    assert_eq!(
+        (c["originals"].as_u64(), c["retries"].as_u64()),
+        (Some(2), Some(1)),
+        "{c}"
+    );
+    assert_eq!(
+        (c["succeeded"].as_u64(), c["gave_up"].as_u64()),
+        (Some(2), Some(0)),
+        "{c}"
+    );
+    assert_eq!(after["sides"][0]["allowed"], 2);
+    assert!(
+        (c["retry_share"].as_f64().unwrap_or(0.0) - 1.0 / 3.0).abs() < 1e-9,
+        "{c}"
+    );
+    // backoff honours the Retry-After: one retry, through.
+    let backoff = clients("backoff");
+    let c = &backoff["sides"][0]["clients"];
+    assert_eq!(
+        (c["retries"].as_u64(), c["succeeded"].as_u64()),
+        (Some(1), Some(2)),
+        "{c}"
+    );
+    // naive: three retries 50 ms apart, all denied, then it gives up.
+    let naive = clients("naive");
+    let c = &naive["sides"][0]["clients"];
+    assert_eq!(
+        (c["retries"].as_u64(), c["gave_up"].as_u64()),
+        (Some(3), Some(1)),
+        "{c}"
+    );
+    assert_eq!(naive["sides"][0]["denied"], 4);
+    let human = replay(&dir, text, ONE_PER_SEC, &["--clients", "naive"]).stdout;
+    assert!(human.contains("retry share of load: 60.0 %"), "{human}");
+    assert!(human.contains("answered 429 to 1 requests"), "{human}");
+}
+
+#[test]
+fn a_fleet_of_local_limits_admits_n_times_the_shared_one() {
+    let dir = TempDir::new();
+    let one_per_min = ONE_PER_SEC.replace("1/s;burst=1", "1/min;burst=1");
+    let mut text = String::from("timestamp,key,route\n");
+    for i in 0..8 {
+        text.push_str(&format!("{},a,/x\n", 1_773_475_200_000_u64 + i * 100));
+    }
+    let run = replay(
+        &dir,
+        &text,
+        &one_per_min,
+        &["--instances", "4", "--format", "json"],
+    );
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let side = &run.json()["sides"][0];
+    assert_eq!(
+        (side["allowed"].as_u64(), side["denied"].as_u64()),
+        (Some(1), Some(7))
+    );
+    let fleet = &side["fleet"];
+    assert_eq!(fleet["instances"], 4);
+    assert_eq!(
+        (fleet["allowed"].as_u64(), fleet["denied"].as_u64()),
+        (Some(4), Some(4)),
+        "{fleet}"
+    );
+    let bad = replay(&dir, &text, &one_per_min, &["--instances", "0"]);
+    assert_eq!(bad.code, Some(2), "{}", bad.stderr);
+}

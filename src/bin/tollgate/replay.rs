@@ -68,6 +68,18 @@ pub(crate) struct ReplayArgs {
     /// the customers in the log (`5`, `0.5%`): a CI gate on real traffic.
     #[arg(long, value_name = "N|P%", requires = "against", value_parser = traffic::parse_threshold)]
     fail_if_newly_denied: Option<traffic::Threshold>,
+    /// What clients do with a 429: nothing (the log as written, the default), retry after
+    /// the Retry-After, back off exponentially with jitter, or retry at once. Under a model
+    /// the log's own retries (attempt > 0) are dropped and the model makes its own.
+    #[arg(long, value_enum, default_value_t = traffic::Clients::None, requires = "traffic")]
+    clients: traffic::Clients,
+    /// The retries a client makes before it gives up (with --clients).
+    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u32).range(0..=100))]
+    max_retries: u32,
+    /// A fleet of N gateway instances, each with an in-memory limiter holding the full
+    /// quota, requests spread round-robin, replayed beside the one shared limit.
+    #[arg(long, value_name = "N", requires = "traffic", value_parser = parse_instances)]
+    instances: Option<usize>,
     /// Writes a sample access log to FILE and exits.
     #[arg(long, value_name = "FILE")]
     generate: Option<PathBuf>,
@@ -89,6 +101,18 @@ pub(crate) struct ReplayArgs {
     /// Tables for people, or one JSON object.
     #[arg(long, value_enum, default_value_t = OutputFormat::Human)]
     format: OutputFormat,
+}
+
+/// `--instances`: 1 to [`traffic::MAX_INSTANCES`].
+fn parse_instances(text: &str) -> Result<usize, String> {
+    match text.trim().parse::<usize>() {
+        Ok(n) if (1..=traffic::MAX_INSTANCES).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "invalid number of instances {:?}: write 1 to {}",
+            text.chars().take(40).collect::<String>(),
+            traffic::MAX_INSTANCES
+        )),
+    }
 }
 
 /// An incident to replay.

@@ -15,32 +15,36 @@
 use std::path::Path;
 use std::time::Duration;
 
-use tollgate::{
-    Check, FaultDetector, Limits, LimitsHandle, ManualClock, Rollout, Verdict, DEFAULT_GUARD,
-};
+use tollgate::{Check, FaultDetector, Limits, ManualClock, Rollout, Verdict, DEFAULT_GUARD};
 
 use super::sim::MINUTE;
 use super::{ReplayArgs, ReplayError};
-use crate::load::Loaded;
 use crate::{Output, OutputFormat, Status};
 
+mod clients;
 mod compare;
+mod fleet;
 mod gate;
 mod generate;
 mod input;
 mod merge;
 mod output;
 mod parse;
+mod side;
 mod tally;
 mod time;
 
+pub(crate) use clients::Clients;
+use clients::{Model, Queue};
 use compare::{compare, detector, rollout_marks, Events};
+pub(crate) use fleet::MAX_INSTANCES;
 use gate::Gate;
 pub(crate) use gate::{parse_threshold, Threshold};
 pub(crate) use generate::generate;
 use merge::{Item, Merge};
 use output::{human, peak_rss_kib, write_charts, Report, ShownBad};
 use parse::{BadLine, Record};
+use side::{Checked, Side};
 use tally::{key_hash, Customers, Tally, MAX_MINUTES};
 
 pub(crate) use output::HELP;
@@ -49,61 +53,6 @@ pub(crate) use output::HELP;
 const SHOWN_BAD: usize = 20;
 /// A line at most this much earlier than the latest is replayed at the latest.
 const REORDER_MS: i64 = 1_000;
-
-/// One document replayed.
-struct Side {
-    name: &'static str,
-    file: String,
-    limits: Limits,
-    handle: LimitsHandle,
-    tally: Tally,
-}
-
-impl Side {
-    fn check(&mut self, minute: usize, rec: &Record, hash: u64) -> Option<Verdict> {
-        let policy = self.limits.resolve(&rec.tier, &rec.category, &rec.route);
-        let cost = match policy {
-            Some(p) if p.quota().is_bytes() => rec.bytes.unwrap_or(1).max(1),
-            _ => 1,
-        };
-        let check = Check::cost(cost).attempt(rec.attempt);
-        match self
-            .handle
-            .check_all(&rec.tier, &rec.category, &rec.route, &rec.key, check)
-        {
-            Ok(d) => {
-                self.tally.decision(minute, &rec.key, hash, &d);
-                d.policy().map(|_| d.verdict())
-            }
-            Err(_) => {
-                let name = policy.map(|p| p.name());
-                self.tally.oversized(minute, &rec.key, hash, name);
-                None
-            }
-        }
-    }
-}
-
-/// Loads a limits document: a file that cannot be read is a usage error (exit 2), an
-/// invalid document a rejected one (exit 1), each problem named once with its file.
-fn load(path: &Path) -> Result<Limits, ReplayError> {
-    let options = crate::Options {
-        format: OutputFormat::Human,
-        input_format: None,
-    };
-    let file = crate::shown(path);
-    match crate::load::load(path, &options) {
-        Loaded::Valid(limits) => Ok(limits),
-        Loaded::Unusable(problem) => Err(ReplayError::Io(problem.message)),
-        Loaded::Invalid(problems, more) => {
-            let mut list: Vec<String> = problems.iter().map(|p| p.human(&file)).collect();
-            if more > 0 {
-                list.push(format!("{file}: … and {more} more errors"));
-            }
-            Err(ReplayError::Input(list.join("\n")))
-        }
-    }
-}
 
 /// Verdicts of NEW kept for the detector until OLD's first minute gives it a baseline; past
 /// this many, the detector is built on what OLD has seen so far.
@@ -116,6 +65,11 @@ struct Replay {
     sides: Vec<Side>,
     rollout: Option<Rollout>,
     rollout_tally: Tally,
+    /// What clients do with a 429, and the retries they have made that wait.
+    model: Model,
+    retries: Queue,
+    /// The log's own retries, dropped under a client model.
+    log_retries_dropped: u64,
     files: Vec<String>,
     bad: Vec<ShownBad>,
     bad_count: u64,
@@ -128,24 +82,12 @@ struct Replay {
 }
 
 impl Replay {
-    fn new(limits: &Path, against: Option<&Path>) -> Result<Replay, ReplayError> {
+    fn new(args: &ReplayArgs, limits: &Path) -> Result<Replay, ReplayError> {
         let start = Duration::from_secs(3_600);
         let clock = ManualClock::at(start);
-        let side = |name, path: &Path| -> Result<Side, ReplayError> {
-            let limits = load(path)?;
-            Ok(Side {
-                name,
-                file: path.display().to_string(),
-                handle: LimitsHandle::builder(limits.clone())
-                    .clock(clock.clone())
-                    .build(),
-                limits,
-                tally: Tally::default(),
-            })
-        };
-        let mut sides = vec![side("old", limits)?];
-        if let Some(new) = against {
-            sides.push(side("new", new)?);
+        let mut sides = vec![Side::load("old", limits, &clock, args.instances)?];
+        if let Some(new) = &args.against {
+            sides.push(Side::load("new", new, &clock, args.instances)?);
         }
         // The rollout runs even when the guard refuses the transition (with the guard
         // lifted): what it would have done, had the tightening been acknowledged.
@@ -163,6 +105,9 @@ impl Replay {
             sides,
             rollout,
             rollout_tally: Tally::default(),
+            model: Model::new(args.clients, args.max_retries, args.seed),
+            retries: Queue::default(),
+            log_retries_dropped: 0,
             files: Vec::new(),
             bad: Vec::new(),
             bad_count: 0,
@@ -209,26 +154,35 @@ impl Replay {
 
     /// Replays one record read from `line` of log `file`.
     fn feed(&mut self, file: usize, line: u64, rec: &Record) {
+        if self.model.closed() && rec.attempt > 0 {
+            self.log_retries_dropped += 1;
+            return;
+        }
         let t = match self.place(rec) {
             Ok(t) => t,
             Err(message) => return self.bad_line(file, BadLine { line, message }),
         };
-        let first = *self.first.get_or_insert(t);
+        self.retry_until(t);
+        self.first.get_or_insert(t);
         self.latest = t;
-        let since = (t - first) as u64;
-        self.clock.set(self.start + Duration::from_millis(since));
+        let since = self.at(t);
         let minute = (since / MINUTE) as usize;
         let hash = key_hash(&rec.key);
         self.requests += 1;
         self.customers.insert(hash);
         for i in 0..self.sides.len() {
-            let verdict = self.sides[i].check(minute, rec, hash);
-            if let (1, Some(v)) = (i, verdict) {
-                match &self.detector {
-                    Some((d, _)) => d.record_key(&rec.key, &v),
-                    None => self.held.push((rec.key.clone(), v)),
-                }
+            let checked = self.attempt(i, minute, rec, hash);
+            let side = &mut self.sides[i];
+            side.clients.originals += 1;
+            if rec.status == Some(429) {
+                side.clients.log_429 += 1;
+                let denied = matches!(
+                    checked,
+                    Checked::Judged(Verdict::Deny(_)) | Checked::Oversized
+                );
+                side.clients.log_429_denied += u64::from(denied);
             }
+            self.after(i, t, rec, &checked);
         }
         if let Some(r) = &self.rollout {
             let check = Check::cost(1).attempt(rec.attempt);
@@ -241,6 +195,76 @@ impl Replay {
             && (since >= MINUTE || self.held.len() >= MAX_HELD_VERDICTS)
         {
             self.start_detector(since);
+        }
+    }
+
+    /// Sets the clock to `t` (ms since the epoch); returns the ms since the first row.
+    fn at(&self, t: i64) -> u64 {
+        let since = self.first.map_or(0, |f| (t - f).max(0) as u64);
+        self.clock.set(self.start + Duration::from_millis(since));
+        since
+    }
+
+    /// Checks one attempt on side `i` and feeds NEW's verdicts to the detector.
+    fn attempt(&mut self, i: usize, minute: usize, rec: &Record, hash: u64) -> Checked {
+        let checked = self.sides[i].check(minute, rec, hash);
+        if let (1, Checked::Judged(v)) = (i, &checked) {
+            match &self.detector {
+                Some((d, _)) => d.record_key(&rec.key, v),
+                None => self.held.push((rec.key.clone(), *v)),
+            }
+        }
+        checked
+    }
+
+    /// What the client of `rec` does after side `i` answered it at `t`: done, or a retry
+    /// scheduled by the model, or given up.
+    fn after(&mut self, i: usize, t: i64, rec: &Record, checked: &Checked) {
+        let side = &mut self.sides[i];
+        let verdict = match checked {
+            Checked::Judged(v) if !v.is_permitted() => v,
+            Checked::Oversized => {
+                side.clients.gave_up += 1;
+                return;
+            }
+            _ => {
+                side.clients.succeeded += 1;
+                return;
+            }
+        };
+        let attempt = rec.attempt.saturating_add(1);
+        let Some(wait) = self.model.next(attempt, verdict) else {
+            side.clients.gave_up += 1;
+            return;
+        };
+        let retry = Record {
+            attempt,
+            ..rec.clone()
+        };
+        let due = t.saturating_add(wait.as_millis() as i64);
+        if !self.retries.push(i, due, retry) {
+            side.clients.dropped += 1;
+            side.clients.gave_up += 1;
+        }
+    }
+
+    /// Replays every retry due at or before `t`, in time order.
+    fn retry_until(&mut self, t: i64) {
+        while let Some(p) = self.retries.pop_due(t) {
+            let horizon = self
+                .first
+                .is_some_and(|f| (p.at_ms - f) as u64 / MINUTE >= MAX_MINUTES);
+            if horizon {
+                self.sides[p.side].clients.gave_up += 1;
+                continue;
+            }
+            self.latest = self.latest.max(p.at_ms);
+            let since = self.at(p.at_ms);
+            let minute = (since / MINUTE) as usize;
+            let hash = key_hash(&p.rec.key);
+            let checked = self.attempt(p.side, minute, &p.rec, hash);
+            self.sides[p.side].clients.retries += 1;
+            self.after(p.side, p.at_ms, &p.rec, &checked);
         }
     }
 
@@ -270,7 +294,7 @@ pub(crate) fn run(
     limits: &Path,
     out: &mut Output,
 ) -> Result<Status, ReplayError> {
-    let mut replay = Replay::new(limits, args.against.as_deref())?;
+    let mut replay = Replay::new(args, limits)?;
     let mut logs = Merge::open(&args.traffic)?;
     replay.files = logs.names().to_vec();
     loop {
@@ -280,6 +304,7 @@ pub(crate) fn run(
             Item::Record { file, line, rec } => replay.feed(file, line, &rec),
         }
     }
+    replay.retry_until(i64::MAX);
     let span_ms = replay.span_ms();
     if replay.detector.is_none() && replay.sides.len() == 2 && replay.requests > 0 {
         replay.start_detector(span_ms);
@@ -323,6 +348,9 @@ pub(crate) fn run(
         sides: &replay.sides,
         against: against.as_ref(),
         customers: replay.customers.count(),
+        clients: args.clients,
+        max_retries: args.max_retries,
+        log_retries_dropped: replay.log_retries_dropped,
         gate: gate.as_ref(),
         peak_rss_kib: peak_rss_kib(),
     };

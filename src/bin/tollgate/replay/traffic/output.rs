@@ -4,6 +4,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
+use super::clients::Clients;
 use super::compare::Against;
 use super::gate::Gate;
 use super::tally::Tally;
@@ -52,6 +53,20 @@ pub(crate) const HELP: &str = r#"Traffic (--traffic FILE… --limits OLD.toml [-
   per-key deny counts keep the 10,000 keys denied most (a space-saving top-k).
   --generate FILE writes a sample log (--lines N, --keys N, --seed N).
 
+  --clients none|retry-after|backoff|naive (--max-retries N, default 3): what clients do with
+  a 429. none (the default) replays the log as written, its retries included: what NEW would
+  deny of this traffic, exactly. Under a model the log's retries (attempt > 0) are dropped and
+  each side's denials make retries of their own, in time order with the log: retry-after
+  waits the Retry-After; backoff is the library's Backoff (exponential, full jitter, seeded
+  by --seed, honouring Retry-After); naive retries one 50 ms round trip later. A client gives
+  up after N retries or before a wait over 5 minutes. Reported per side: customers' success
+  (originals that got through) and the retry share of load (retries over attempts). The
+  log's status column (429) is compared with each side's verdicts. The staged rollout and
+  the detector's baseline see the log's rows only.
+  --instances N: beside each side's one shared limit, a fleet of N instances, each with a
+  local limiter holding the full quota, requests spread round-robin per request (the same
+  attempts the shared limit sees): the N× admission of local limits.
+
   --format json prints one object (fields are only added; schema_version changes otherwise):
   {
     "schema_version": 1,
@@ -59,6 +74,8 @@ pub(crate) const HELP: &str = r#"Traffic (--traffic FILE… --limits OLD.toml [-
     "lines": integer,                     // lines read, over every log
     "requests": integer,                  // requests replayed
     "customers": integer,                 // distinct keys in the log
+    "clients": {"model": "none" | "retry-after" | "backoff" | "naive",
+                "max_retries": integer, "log_retries_dropped": integer},
     "bad_lines": integer,
     "bad_lines_shown": [{"file": string, "line": integer, "message": string}],  // first 20
     "first_at": string | null,            // the first request, RFC 3339
@@ -74,7 +91,14 @@ pub(crate) const HELP: &str = r#"Traffic (--traffic FILE… --limits OLD.toml [-
       "keys_ever_denied": integer, "keys_ever_denied_at_least": bool,
       "policies": {NAME: {"allowed": integer, "denied": integer, "shadow_denied": integer}},
       "hardest_hit": [[key, denied]],     // the 10 keys denied most
-      "deny_breadth_per_minute": [number] // share of active keys mostly denied, 0 to 1
+      "deny_breadth_per_minute": [number], // share of active keys mostly denied, 0 to 1
+      "clients": {"originals": integer, "retries": integer, "retry_share": number,
+                  "succeeded": integer, "success": number, "gave_up": integer,
+                  "dropped": integer},
+      "log_429": integer,                 // rows whose status is 429
+      "log_429_denied": integer,          // of those, denied by this side too
+      "fleet": null | {"instances": integer, "allowed": integer, "denied": integer,
+                       "keys_ever_denied": integer}    // with --instances
     }],
     "against": null | {                   // with --against
       "newly_denied_keys": integer,       // keys NEW denies at least once and OLD never
@@ -111,6 +135,9 @@ pub(super) struct Report<'a> {
     pub(super) against: Option<&'a Against>,
     /// Distinct keys in the log.
     pub(super) customers: u64,
+    pub(super) clients: Clients,
+    pub(super) max_retries: u32,
+    pub(super) log_retries_dropped: u64,
     pub(super) gate: Option<&'a Gate>,
     pub(super) peak_rss_kib: Option<u64>,
 }
@@ -141,6 +168,18 @@ impl Report<'_> {
                     "policies": t.policies,
                     "hardest_hit": t.hardest(10),
                     "deny_breadth_per_minute": t.minutes.iter().map(Bucket::breadth).collect::<Vec<_>>(),
+                    "clients": {
+                        "originals": s.clients.originals,
+                        "retries": s.clients.retries,
+                        "retry_share": s.clients.retry_share(),
+                        "succeeded": s.clients.succeeded,
+                        "success": s.clients.success(),
+                        "gave_up": s.clients.gave_up,
+                        "dropped": s.clients.dropped,
+                    },
+                    "log_429": s.clients.log_429,
+                    "log_429_denied": s.clients.log_429_denied,
+                    "fleet": s.fleet.as_ref().map(|f| f.totals),
                 })
             })
             .collect();
@@ -151,6 +190,11 @@ impl Report<'_> {
             "lines": self.lines,
             "requests": self.requests,
             "customers": self.customers,
+            "clients": {
+                "model": self.clients,
+                "max_retries": self.max_retries,
+                "log_retries_dropped": self.log_retries_dropped,
+            },
             "bad_lines": self.bad_lines,
             "bad_lines_shown": self.bad_shown,
             "first_at": self.first_ms.map(rfc3339),
@@ -188,8 +232,17 @@ pub(super) fn human(r: &Report<'_>, out: &mut Output) {
     if r.requests == 0 {
         out.line("no requests in the log: nothing to replay, no verdict to give");
     }
+    if r.clients != Clients::None {
+        out.line(format!(
+            "clients: {} (up to {} retries); the log's own {} retries (attempt > 0) dropped",
+            clients_name(r.clients),
+            r.max_retries,
+            r.log_retries_dropped
+        ));
+    }
     for s in r.sides {
         side(s, out);
+        client_lines(s, r.clients, out);
     }
     if let Some(a) = r.against {
         against(a, r.requests, out);
@@ -250,6 +303,57 @@ fn side(s: &Side, out: &mut Output) {
     if !hardest.is_empty() {
         let list: Vec<String> = hardest.iter().map(|(k, n)| format!("{k} ({n})")).collect();
         out.line(format!("  hardest hit: {}", list.join(", ")));
+    }
+}
+
+fn clients_name(c: Clients) -> &'static str {
+    match c {
+        Clients::None => "none",
+        Clients::RetryAfter => "retry-after",
+        Clients::Backoff => "backoff",
+        Clients::Naive => "naive",
+    }
+}
+
+/// What the side's clients got, the log's own 429s, and the fleet beside it.
+fn client_lines(s: &Side, model: Clients, out: &mut Output) {
+    let c = &s.clients;
+    if model != Clients::None {
+        out.line(format!(
+            "  customers' success: {} of {} requests got through (at once or on a retry), {} gave up",
+            pct(c.success()),
+            c.originals,
+            c.gave_up
+        ));
+        out.line(format!(
+            "  retry share of load: {} ({} retries over {} attempts){}",
+            pct(c.retry_share()),
+            c.retries,
+            c.originals + c.retries,
+            if c.dropped > 0 {
+                format!("; {} retries dropped: too many waiting", c.dropped)
+            } else {
+                String::new()
+            }
+        ));
+    }
+    if c.log_429 > 0 {
+        out.line(format!(
+            "  the log's status column: the system then answered 429 to {} requests; this replay denies {} of them",
+            c.log_429, c.log_429_denied
+        ));
+    }
+    if let Some(f) = &s.fleet {
+        let t = f.totals;
+        let shared = s.tally.overall.allowed.max(1);
+        out.line(format!(
+            "  fleet of {} instances, a local limiter each (full quota, round-robin): allowed {}, denied {}, keys ever denied {} — {:.2}× the allowed of the one shared limit above",
+            t.instances,
+            t.allowed,
+            t.denied,
+            t.keys_ever_denied,
+            t.allowed as f64 / shared as f64
+        ));
     }
 }
 
