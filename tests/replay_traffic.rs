@@ -514,3 +514,152 @@ fn a_fleet_of_local_limits_admits_n_times_the_shared_one() {
     let bad = replay(&dir, &text, &one_per_min, &["--instances", "0"]);
     assert_eq!(bad.code, Some(2), "{}", bad.stderr);
 }
+
+#[test]
+fn real_logs_their_columns_times_and_several_frontends() {
+    let dir = TempDir::new();
+    // Two frontends' logs, their own column names and nginx's time formats; a's second row
+    // is 0.4 s before b's first, which comes earlier in the merged stream.
+    let a = dir.write(
+        "a.csv",
+        "msec,api_key,uri\n\
+         1773475200.000,alice,/x\n\
+         1773475201.100,alice,/x\n\
+         1773475203.000,alice,\"/x\"\n",
+    );
+    let b = dir.write(
+        "b.csv",
+        "msec,api_key,uri\n\
+         1773475201.500,alice,/x\n\
+         1773475202.000,bob,/x\n",
+    );
+    let limits = dir.write("limits.toml", ONE_PER_SEC);
+    let newly = dir.path("newly.csv");
+    let new = dir.write(
+        "new.toml",
+        &ONE_PER_SEC
+            .replace("1/s;burst=1", "1/min;burst=1")
+            .replace("revision = 1", "revision = 2"),
+    );
+    let out = dir.path("out").display().to_string();
+    let loose = dir.write(
+        "loose.toml",
+        &ONE_PER_SEC.replace("1/s;burst=1", "10/s;burst=10"),
+    );
+    let with = |limits: &std::path::Path, extra: &[&str]| {
+        let mut args = vec![
+            "replay".to_owned(),
+            "--traffic".into(),
+            a.display().to_string(),
+            "--traffic".into(),
+            b.display().to_string(),
+            "--limits".into(),
+            limits.display().to_string(),
+            "--column".into(),
+            "timestamp=msec".into(),
+            "--column".into(),
+            "key=api_key".into(),
+            "--column".into(),
+            "route=uri".into(),
+            "--out".into(),
+            out.clone(),
+            "--format".into(),
+            "json".into(),
+        ];
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        tollgate(&args)
+    };
+    let base = |extra: &[&str]| with(&limits, extra);
+    let run = base(&[]);
+    assert_eq!(run.code, Some(0), "{}\n{}", run.stdout, run.stderr);
+    let json = run.json();
+    assert_eq!(json["requests"], 5, "{json}");
+    assert_eq!(json["files"].as_array().map(Vec::len), Some(2));
+    assert_eq!(json["first_at"], "2026-03-14T08:00:00Z");
+    // alice at 0, 1.1 (allowed), 1.5 (denied: 0.4 s after), 3.0 (allowed); bob once.
+    assert_eq!(json["sides"][0]["denied"], 1, "{json}");
+    assert_eq!(json["sides"][0]["unmatched"], 0, "{json}");
+
+    // A window: from 1.0 s (included) to 3.0 s (excluded).
+    let windowed = base(&[
+        "--from",
+        "2026-03-14T08:00:01Z",
+        "--to",
+        "14/Mar/2026:09:00:03 +0100",
+    ])
+    .json();
+    assert_eq!(windowed["requests"], 3, "{windowed}");
+    assert_eq!(windowed["window"]["rows_outside"], 2, "{windowed}");
+
+    // Every newly denied customer to a file.
+    let with_new = with(
+        &loose,
+        &[
+            "--against",
+            new.to_str().unwrap_or_default(),
+            "--newly-denied",
+            newly.to_str().unwrap_or_default(),
+        ],
+    );
+    assert_eq!(with_new.code, Some(0), "{}", with_new.stderr);
+    let text = std::fs::read_to_string(&newly).expect("the list");
+    assert_eq!(
+        text,
+        "key,denied,first_denied_at\nalice,3,2026-03-14T08:00:01.100Z\n"
+    );
+
+    // Without the mapping, the header names no key column.
+    let unmapped = tollgate(&[
+        "replay",
+        "--traffic",
+        a.to_str().unwrap_or_default(),
+        "--limits",
+        limits.to_str().unwrap_or_default(),
+        "--out",
+        &out,
+    ]);
+    assert_eq!(unmapped.code, Some(1));
+    assert!(
+        unmapped.stderr.contains("--column timestamp=NAME"),
+        "{}",
+        unmapped.stderr
+    );
+}
+
+#[test]
+fn a_log_on_stdin_gzip_or_not() {
+    use std::io::Write;
+    let dir = TempDir::new();
+    let limits = dir.write("limits.toml", ALSO);
+    let text = log(12, "alice");
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gz.write_all(text.as_bytes()).expect("gzip");
+    let zipped = gz.finish().expect("gzip");
+    let out = dir.path("out").display().to_string();
+    for input in [text.as_bytes(), &zipped[..]] {
+        let run = common_cli::tollgate_with_stdin(
+            &[
+                "replay",
+                "--traffic",
+                "-",
+                "--limits",
+                limits.to_str().unwrap_or_default(),
+                "--out",
+                &out,
+                "--format",
+                "json",
+            ],
+            input,
+        );
+        assert_eq!(run.code, Some(0), "{}", run.stderr);
+        let json = run.json();
+        assert_eq!(
+            (
+                json["requests"].as_u64(),
+                json["sides"][0]["denied"].as_u64()
+            ),
+            (Some(12), Some(2))
+        );
+        assert_eq!(json["file"], "-");
+    }
+}

@@ -58,6 +58,10 @@ pub(crate) struct ReplayArgs {
         conflicts_with = "generate"
     )]
     traffic: Vec<PathBuf>,
+    /// A column of the log under a name of its own: FIELD=NAME, such as key=api_key
+    /// (fields: timestamp, key, tier, category, route, status, bytes, attempt). Repeatable.
+    #[arg(long, value_name = "FIELD=NAME", requires = "traffic", value_parser = traffic::parse_column)]
+    column: Vec<traffic::Column>,
     /// The limits document the traffic is replayed against.
     #[arg(long, value_name = "OLD", requires = "traffic")]
     limits: Option<PathBuf>,
@@ -80,6 +84,16 @@ pub(crate) struct ReplayArgs {
     /// quota, requests spread round-robin, replayed beside the one shared limit.
     #[arg(long, value_name = "N", requires = "traffic", value_parser = parse_instances)]
     instances: Option<usize>,
+    /// Replays only the log's rows from this time on (RFC 3339, epoch, nginx's forms).
+    #[arg(long, value_name = "TIME", requires = "traffic", value_parser = traffic::parse_time)]
+    from: Option<i64>,
+    /// Replays only the log's rows before this time.
+    #[arg(long, value_name = "TIME", requires = "traffic", value_parser = traffic::parse_time)]
+    to: Option<i64>,
+    /// With --against: writes every newly denied customer to FILE as CSV
+    /// (key,denied,first_denied_at).
+    #[arg(long, value_name = "FILE", requires = "against")]
+    newly_denied: Option<PathBuf>,
     /// Writes a sample access log to FILE and exits.
     #[arg(long, value_name = "FILE")]
     generate: Option<PathBuf>,

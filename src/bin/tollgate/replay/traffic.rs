@@ -22,20 +22,24 @@ use super::{ReplayArgs, ReplayError};
 use crate::{Output, OutputFormat, Status};
 
 mod clients;
+mod columns;
 mod compare;
 mod fleet;
 mod gate;
 mod generate;
 mod input;
 mod merge;
+mod newly;
 mod output;
 mod parse;
+mod record;
 mod side;
 mod tally;
 mod time;
 
 pub(crate) use clients::Clients;
 use clients::{Model, Queue};
+pub(crate) use columns::{parse_column, Column};
 use compare::{compare, detector, rollout_marks, Events};
 pub(crate) use fleet::MAX_INSTANCES;
 use gate::Gate;
@@ -43,9 +47,11 @@ pub(crate) use gate::{parse_threshold, Threshold};
 pub(crate) use generate::generate;
 use merge::{Item, Merge};
 use output::{human, peak_rss_kib, write_charts, Report, ShownBad};
-use parse::{BadLine, Record};
+use parse::BadLine;
+use record::Record;
 use side::{Checked, Side};
 use tally::{key_hash, Customers, Tally, MAX_MINUTES};
+pub(crate) use time::parse_time;
 
 pub(crate) use output::HELP;
 
@@ -70,6 +76,9 @@ struct Replay {
     retries: Queue,
     /// The log's own retries, dropped under a client model.
     log_retries_dropped: u64,
+    /// `--from`/`--to` (ms since the epoch, `to` excluded), and the rows left outside.
+    window: (i64, i64),
+    outside: u64,
     files: Vec<String>,
     bad: Vec<ShownBad>,
     bad_count: u64,
@@ -108,6 +117,8 @@ impl Replay {
             model: Model::new(args.clients, args.max_retries, args.seed),
             retries: Queue::default(),
             log_retries_dropped: 0,
+            window: (args.from.unwrap_or(i64::MIN), args.to.unwrap_or(i64::MAX)),
+            outside: 0,
             files: Vec::new(),
             bad: Vec::new(),
             bad_count: 0,
@@ -158,6 +169,10 @@ impl Replay {
             self.log_retries_dropped += 1;
             return;
         }
+        if rec.t_ms < self.window.0 || rec.t_ms >= self.window.1 {
+            self.outside += 1;
+            return;
+        }
         let t = match self.place(rec) {
             Ok(t) => t,
             Err(message) => return self.bad_line(file, BadLine { line, message }),
@@ -171,7 +186,7 @@ impl Replay {
         self.requests += 1;
         self.customers.insert(hash);
         for i in 0..self.sides.len() {
-            let checked = self.attempt(i, minute, rec, hash);
+            let checked = self.attempt(i, t, rec, hash);
             let side = &mut self.sides[i];
             side.clients.originals += 1;
             if rec.status == Some(429) {
@@ -206,8 +221,9 @@ impl Replay {
     }
 
     /// Checks one attempt on side `i` and feeds NEW's verdicts to the detector.
-    fn attempt(&mut self, i: usize, minute: usize, rec: &Record, hash: u64) -> Checked {
-        let checked = self.sides[i].check(minute, rec, hash);
+    fn attempt(&mut self, i: usize, t: i64, rec: &Record, hash: u64) -> Checked {
+        let minute = (self.at(t) / MINUTE) as usize;
+        let checked = self.sides[i].check(minute, t, rec, hash);
         if let (1, Checked::Judged(v)) = (i, &checked) {
             match &self.detector {
                 Some((d, _)) => d.record_key(&rec.key, v),
@@ -259,10 +275,8 @@ impl Replay {
                 continue;
             }
             self.latest = self.latest.max(p.at_ms);
-            let since = self.at(p.at_ms);
-            let minute = (since / MINUTE) as usize;
             let hash = key_hash(&p.rec.key);
-            let checked = self.attempt(p.side, minute, &p.rec, hash);
+            let checked = self.attempt(p.side, p.at_ms, &p.rec, hash);
             self.sides[p.side].clients.retries += 1;
             self.after(p.side, p.at_ms, &p.rec, &checked);
         }
@@ -295,7 +309,7 @@ pub(crate) fn run(
     out: &mut Output,
 ) -> Result<Status, ReplayError> {
     let mut replay = Replay::new(args, limits)?;
-    let mut logs = Merge::open(&args.traffic)?;
+    let mut logs = Merge::open(&args.traffic, &columns::Columns::new(&args.column))?;
     replay.files = logs.names().to_vec();
     loop {
         match logs.next_item() {
@@ -351,6 +365,8 @@ pub(crate) fn run(
         clients: args.clients,
         max_retries: args.max_retries,
         log_retries_dropped: replay.log_retries_dropped,
+        outside: replay.outside,
+        window: (args.from, args.to),
         gate: gate.as_ref(),
         peak_rss_kib: peak_rss_kib(),
     };
@@ -361,6 +377,18 @@ pub(crate) fn run(
         .map(|r| rollout_marks(r, start))
         .unwrap_or_default();
     write_charts(&args.out, &report, &marks, &replay.rollout_tally)?;
+    if let (Some(path), Some(a)) = (&args.newly_denied, &against) {
+        let n = newly::write(path, &replay.sides[0], &replay.sides[1])?;
+        out.line(format!(
+            "newly denied: {n} customers written to {}{}",
+            path.display(),
+            if a.newly_denied_at_least || n < a.newly_denied_keys {
+                " (the keys NEW denied most; the count above is the total)"
+            } else {
+                ""
+            }
+        ));
+    }
     match args.format {
         OutputFormat::Human => {
             human(&report, out);

@@ -24,7 +24,7 @@ use clap::ValueEnum;
 use serde::Serialize;
 use tollgate::{Backoff, Verdict};
 
-use super::parse::Record;
+use super::record::Record;
 
 /// The gap between a naive client's attempts: one round trip.
 pub(super) const NAIVE_RTT: Duration = Duration::from_millis(50);

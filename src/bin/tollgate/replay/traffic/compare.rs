@@ -222,12 +222,7 @@ pub(super) fn compare(
         .count() as u64;
     let mut sample: Vec<(String, u64)> = newly
         .iter()
-        .map(|k| {
-            (
-                (*k).clone(),
-                new.tally.denials.get(*k).copied().unwrap_or(0),
-            )
-        })
+        .map(|k| ((*k).clone(), new.tally.denials.get(*k).map_or(0, |d| d.0)))
         .collect();
     sample.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     let diff = Limits::diff(&old.limits, &new.limits);

@@ -8,7 +8,7 @@ use std::collections::HashSet;
 use serde::Serialize;
 use tollgate::{Check, Limits, LimitsHandle, ManualClock};
 
-use super::parse::Record;
+use super::record::Record;
 use super::tally::MAX_EVER_DENIED;
 
 /// The most instances a fleet may have.

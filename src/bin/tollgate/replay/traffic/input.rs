@@ -4,6 +4,7 @@
 use std::io::{BufRead, BufReader, IsTerminal, Read};
 use std::path::Path;
 
+use super::columns::Columns;
 use super::parse::{OpenError, Reader};
 use crate::replay::ReplayError;
 
@@ -39,6 +40,7 @@ pub(crate) fn name(file: &Path) -> String {
 /// columns is [`ReplayError::Input`].
 pub(crate) fn open(
     file: &Path,
+    columns: &Columns,
     multi: &indicatif::MultiProgress,
 ) -> Result<(Lines, indicatif::ProgressBar), ReplayError> {
     let (raw, size): (Box<dyn Read>, u64) = if file == Path::new("-") {
@@ -78,7 +80,7 @@ pub(crate) fn open(
     } else {
         Box::new(input)
     };
-    let reader = Reader::new(input).map_err(|e| match e {
+    let reader = Reader::new(input, columns.clone()).map_err(|e| match e {
         OpenError::Io(e) => ReplayError::io("read", file, e),
         OpenError::Header(m) => ReplayError::Input(format!("{}: {m}", name(file))),
     })?;

@@ -5,8 +5,10 @@
 
 use std::path::PathBuf;
 
+use super::columns::Columns;
 use super::input::{self, Lines};
-use super::parse::{BadLine, Next, Record};
+use super::parse::{BadLine, Next};
+use super::record::Record;
 use crate::replay::ReplayError;
 
 /// One log and its next record, read ahead.
@@ -42,7 +44,7 @@ pub(super) struct Merge {
 
 impl Merge {
     /// Opens every log (`-`: stdin, at most once) and reads its header.
-    pub(super) fn open(files: &[PathBuf]) -> Result<Merge, ReplayError> {
+    pub(super) fn open(files: &[PathBuf], columns: &Columns) -> Result<Merge, ReplayError> {
         if files.iter().filter(|f| f.as_os_str() == "-").count() > 1 {
             return Err(ReplayError::Io(
                 "--traffic - is given more than once: stdin can be read once".to_owned(),
@@ -51,7 +53,7 @@ impl Merge {
         let bars = indicatif::MultiProgress::new();
         let mut logs = Vec::with_capacity(files.len());
         for file in files {
-            let (lines, bar) = input::open(file, &bars)?;
+            let (lines, bar) = input::open(file, columns, &bars)?;
             logs.push(Log {
                 lines,
                 bar,

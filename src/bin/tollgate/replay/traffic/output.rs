@@ -63,6 +63,10 @@ pub(crate) const HELP: &str = r#"Traffic (--traffic FILE… --limits OLD.toml [-
   (originals that got through) and the retry share of load (retries over attempts). The
   log's status column (429) is compared with each side's verdicts. The staged rollout and
   the detector's baseline see the log's rows only.
+  --from T / --to T (any timestamp form above; --to excluded): replay only that window.
+  --newly-denied FILE (with --against): every customer NEW denies and OLD never did, as CSV
+  with the header key,denied,first_denied_at (RFC 3339), the most denied first (up to
+  100,000 keys: the keys NEW denied most are kept by name).
   --instances N: beside each side's one shared limit, a fleet of N instances, each with a
   local limiter holding the full quota, requests spread round-robin per request (the same
   attempts the shared limit sees): the N× admission of local limits.
@@ -74,6 +78,7 @@ pub(crate) const HELP: &str = r#"Traffic (--traffic FILE… --limits OLD.toml [-
     "lines": integer,                     // lines read, over every log
     "requests": integer,                  // requests replayed
     "customers": integer,                 // distinct keys in the log
+    "window": {"from": string | null, "to": string | null, "rows_outside": integer},
     "clients": {"model": "none" | "retry-after" | "backoff" | "naive",
                 "max_retries": integer, "log_retries_dropped": integer},
     "bad_lines": integer,
@@ -138,6 +143,9 @@ pub(super) struct Report<'a> {
     pub(super) clients: Clients,
     pub(super) max_retries: u32,
     pub(super) log_retries_dropped: u64,
+    /// Rows outside `--from`/`--to`, and the window.
+    pub(super) outside: u64,
+    pub(super) window: (Option<i64>, Option<i64>),
     pub(super) gate: Option<&'a Gate>,
     pub(super) peak_rss_kib: Option<u64>,
 }
@@ -190,6 +198,11 @@ impl Report<'_> {
             "lines": self.lines,
             "requests": self.requests,
             "customers": self.customers,
+            "window": {
+                "from": self.window.0.map(rfc3339),
+                "to": self.window.1.map(rfc3339),
+                "rows_outside": self.outside,
+            },
             "clients": {
                 "model": self.clients,
                 "max_retries": self.max_retries,
@@ -227,6 +240,15 @@ pub(super) fn human(r: &Report<'_>, out: &mut Output) {
         out.line(format!(
             "  … and {} more",
             r.bad_lines - r.bad_shown.len() as u64
+        ));
+    }
+    if r.window != (None, None) {
+        let end = |t: Option<i64>, none: &str| t.map_or_else(|| none.to_owned(), rfc3339);
+        out.line(format!(
+            "window: {} to {} (rows outside it skipped: {})",
+            end(r.window.0, "the start"),
+            end(r.window.1, "the end"),
+            r.outside
         ));
     }
     if r.requests == 0 {

@@ -5,21 +5,8 @@
 
 use std::io::BufRead;
 
-use super::time::timestamp;
-
-/// One request of the log.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Record {
-    /// Milliseconds since the Unix epoch.
-    pub(crate) t_ms: i64,
-    pub(crate) key: String,
-    pub(crate) tier: String,
-    pub(crate) category: String,
-    pub(crate) route: String,
-    pub(crate) status: Option<u16>,
-    pub(crate) bytes: Option<u64>,
-    pub(crate) attempt: u32,
-}
+use super::columns::{Columns, Field};
+use super::record::{from_csv, from_json, Record, Splitter};
 
 /// A line that could not be read.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
@@ -32,32 +19,6 @@ pub(crate) struct BadLine {
 pub(crate) const MAX_LINE: usize = 64 << 10;
 /// The longest key kept; a longer one is a bad line.
 pub(crate) const MAX_KEY: usize = 1024;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Field {
-    Timestamp,
-    Key,
-    Tier,
-    Category,
-    Route,
-    Status,
-    Bytes,
-    Attempt,
-}
-
-fn field(name: &str) -> Option<Field> {
-    Some(match name.trim().to_ascii_lowercase().as_str() {
-        "timestamp" | "time" | "ts" => Field::Timestamp,
-        "key" | "customer" => Field::Key,
-        "tier" => Field::Tier,
-        "category" => Field::Category,
-        "route" | "path" => Field::Route,
-        "status" => Field::Status,
-        "bytes" | "size" => Field::Bytes,
-        "attempt" => Field::Attempt,
-        _ => return None,
-    })
-}
 
 /// The log's shape, told by its first line.
 #[derive(Debug)]
@@ -78,6 +39,8 @@ pub(crate) struct Reader<R> {
     pending_first: bool,
     /// A read failed: the input ends there (a failing stream may fail forever).
     failed: bool,
+    columns: Columns,
+    split: Splitter,
 }
 
 /// Why a log cannot be read at all.
@@ -100,7 +63,7 @@ pub(crate) enum Next {
 
 impl<R: BufRead> Reader<R> {
     /// Reads the first line: a CSV header naming `timestamp` and `key`, or a JSON object.
-    pub(crate) fn new(mut input: R) -> Result<Reader<R>, OpenError> {
+    pub(crate) fn new(mut input: R, columns: Columns) -> Result<Reader<R>, OpenError> {
         let mut buf = Vec::new();
         let mut line = 0;
         // Skip blank lines before the header.
@@ -123,20 +86,25 @@ impl<R: BufRead> Reader<R> {
             }
         }
         let first = String::from_utf8_lossy(&buf).trim().to_owned();
+        let mut split = Splitter::default();
         let shape = if first.starts_with('{') {
             Shape::Json
         } else {
-            let cols: Vec<Option<Field>> = split_csv(&first)
+            let cols: Vec<Option<Field>> = split
+                .split(&first)
                 .map_err(|e| OpenError::Header(format!("line {line}: header: {e}")))?
                 .iter()
-                .map(|c| field(c))
+                .map(|c| columns.field(c))
                 .collect();
-            for (need, name) in [(Field::Timestamp, "timestamp"), (Field::Key, "key")] {
+            for need in [Field::Timestamp, Field::Key] {
+                let name = columns.name(need);
                 if !cols.contains(&Some(need)) {
                     return Err(OpenError::Header(format!(
                         "line {line}: the header {:?} names no {name} column; name the \
-                         columns, e.g. \"timestamp,key,tier,category,route,status,bytes,attempt\"",
-                        cut(&first)
+                         columns, e.g. \"timestamp,key,tier,category,route,status,bytes,attempt\", \
+                         or map yours with --column {}=NAME",
+                        cut(&first),
+                        columns.name(need)
                     )));
                 }
             }
@@ -150,6 +118,8 @@ impl<R: BufRead> Reader<R> {
             buf,
             pending_first,
             failed: false,
+            columns,
+            split,
         })
     }
 
@@ -188,8 +158,8 @@ impl<R: BufRead> Reader<R> {
                 continue;
             }
             let parsed = match &self.shape {
-                Shape::Csv(cols) => from_csv(cols, text),
-                Shape::Json => from_json(text),
+                Shape::Csv(cols) => from_csv(&mut self.split, cols, &self.columns, text),
+                Shape::Json => from_json(&self.columns, text),
             };
             return match parsed {
                 Ok(r) => Next::Record(r),
@@ -228,136 +198,6 @@ fn read_line<R: BufRead>(input: &mut R, buf: &mut Vec<u8>) -> std::io::Result<us
     }
 }
 
-/// Splits a CSV line: commas, with `"…"` quoting (`""` for a quote inside).
-fn split_csv(line: &str) -> Result<Vec<String>, String> {
-    let mut out = Vec::new();
-    let mut cur = String::new();
-    let mut chars = line.chars().peekable();
-    let mut quoted = false;
-    while let Some(c) = chars.next() {
-        match (c, quoted) {
-            ('"', false) if cur.is_empty() => quoted = true,
-            ('"', true) if chars.peek() == Some(&'"') => {
-                chars.next();
-                cur.push('"');
-            }
-            ('"', true) => quoted = false,
-            (',', false) => out.push(std::mem::take(&mut cur)),
-            (c, _) => cur.push(c),
-        }
-    }
-    if quoted {
-        return Err("an unclosed quote".into());
-    }
-    out.push(cur);
-    Ok(out)
-}
-
-#[derive(Default)]
-struct Fields {
-    t: Option<i64>,
-    key: Option<String>,
-    tier: String,
-    category: String,
-    route: String,
-    status: Option<u16>,
-    bytes: Option<u64>,
-    attempt: u32,
-}
-
-impl Fields {
-    fn set(&mut self, f: Field, v: &str) -> Result<(), String> {
-        let v = v.trim();
-        match f {
-            Field::Timestamp => self.t = Some(timestamp(v)?),
-            Field::Key => self.key = Some(v.to_owned()),
-            Field::Tier => v.clone_into(&mut self.tier),
-            Field::Category => v.clone_into(&mut self.category),
-            Field::Route => v.clone_into(&mut self.route),
-            Field::Status if v.is_empty() => {}
-            Field::Status => {
-                self.status = Some(
-                    v.parse::<u16>()
-                        .ok()
-                        .filter(|s| (100..=599).contains(s))
-                        .ok_or_else(|| format!("status {:?} is not an HTTP status", cut(v)))?,
-                );
-            }
-            Field::Bytes if v.is_empty() => {}
-            Field::Bytes => {
-                self.bytes = Some(
-                    v.parse()
-                        .map_err(|_| format!("bytes {:?} is not a whole number", cut(v)))?,
-                );
-            }
-            Field::Attempt if v.is_empty() => {}
-            Field::Attempt => {
-                self.attempt = v
-                    .parse()
-                    .map_err(|_| format!("attempt {:?} is not a whole number", cut(v)))?;
-            }
-        }
-        Ok(())
-    }
-
-    fn record(self) -> Result<Record, String> {
-        let t_ms = self.t.ok_or("no timestamp")?;
-        let key = self.key.filter(|k| !k.is_empty()).ok_or("no key")?;
-        if key.len() > MAX_KEY {
-            return Err(format!("the key is longer than {MAX_KEY} bytes"));
-        }
-        Ok(Record {
-            t_ms,
-            key,
-            tier: self.tier,
-            category: self.category,
-            route: self.route,
-            status: self.status,
-            bytes: self.bytes,
-            attempt: self.attempt,
-        })
-    }
-}
-
-fn from_csv(cols: &[Option<Field>], line: &str) -> Result<Record, String> {
-    let cells = split_csv(line)?;
-    if cells.len() != cols.len() {
-        return Err(format!(
-            "{} fields where the header names {}",
-            cells.len(),
-            cols.len()
-        ));
-    }
-    let mut f = Fields::default();
-    for (col, cell) in cols.iter().zip(&cells) {
-        if let Some(col) = col {
-            f.set(*col, cell)?;
-        }
-    }
-    f.record()
-}
-
-fn from_json(line: &str) -> Result<Record, String> {
-    let value: serde_json::Value =
-        serde_json::from_str(line).map_err(|e| format!("not JSON: {e}"))?;
-    let obj = value.as_object().ok_or("not a JSON object")?;
-    let mut f = Fields::default();
-    for (name, v) in obj {
-        let Some(col) = field(name) else { continue };
-        match v {
-            serde_json::Value::String(s) => f.set(col, s)?,
-            serde_json::Value::Number(n) => f.set(col, &n.to_string())?,
-            serde_json::Value::Null => {}
-            other => {
-                return Err(format!(
-                    "{name}: expected a string or a number, got {other}"
-                ))
-            }
-        }
-    }
-    f.record()
-}
-
 /// A value for a message: at most 40 characters of it.
 pub(crate) fn cut(v: &str) -> String {
     v.chars().take(40).collect()
@@ -368,18 +208,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn csv_quoting() {
-        assert_eq!(
-            split_csv(r#"a,"b,c","d""e""#),
-            Ok(vec!["a".into(), "b,c".into(), "d\"e".into()])
-        );
-        assert!(split_csv(r#"a,"b"#).is_err());
-    }
-
-    #[test]
     fn bad_lines_carry_their_numbers() {
         let log = "timestamp,key,status\n0,a,200\n\nnope,b,200\n5,,200\n6,c\n7,d,999\n8,e,200\n";
-        let mut r = Reader::new(log.as_bytes()).unwrap_or_else(|e| panic!("{e}")); // test
+        let mut r =
+            Reader::new(log.as_bytes(), Columns::default()).unwrap_or_else(|e| panic!("{e}")); // test
         let mut got = Vec::new();
         loop {
             match r.next_record() {
@@ -393,14 +225,15 @@ mod tests {
 
     #[test]
     fn a_header_without_a_key_is_refused() {
-        let err = Reader::new("timestamp,customer_id\n".as_bytes()).err();
+        let err = Reader::new("timestamp,customer_id\n".as_bytes(), Columns::default()).err();
         assert!(err.is_some_and(|e| e.to_string().contains("names no key column")));
     }
 
     #[test]
     fn json_lines() {
         let log = "{\"timestamp\":\"2026-03-14T08:17:00Z\",\"key\":\"k\",\"attempt\":2}\n{\"key\":3}\n[1]\n";
-        let mut r = Reader::new(log.as_bytes()).unwrap_or_else(|e| panic!("{e}")); // test
+        let mut r =
+            Reader::new(log.as_bytes(), Columns::default()).unwrap_or_else(|e| panic!("{e}")); // test
         assert!(matches!(r.next_record(), Next::Record(rec) if rec.attempt == 2 && rec.key == "k"));
         assert!(
             matches!(r.next_record(), Next::Bad(b) if b.line == 2 && b.message == "no timestamp")
@@ -413,7 +246,8 @@ mod tests {
     fn an_overlong_line_is_bad_and_kept_short() {
         let long = "x".repeat(MAX_LINE * 3);
         let log = format!("timestamp,key\n1,{long}\n2,k\n");
-        let mut r = Reader::new(log.as_bytes()).unwrap_or_else(|e| panic!("{e}")); // test
+        let mut r =
+            Reader::new(log.as_bytes(), Columns::default()).unwrap_or_else(|e| panic!("{e}")); // test
         assert!(matches!(r.next_record(), Next::Bad(b) if b.line == 2));
         assert!(r.buf.capacity() <= 2 * (MAX_LINE + 1));
         assert!(matches!(r.next_record(), Next::Record(rec) if rec.key == "k"));

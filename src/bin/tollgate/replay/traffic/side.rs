@@ -7,7 +7,7 @@ use tollgate::{Check, Limits, LimitsHandle, ManualClock, Verdict};
 
 use super::clients::Outcomes;
 use super::fleet::Fleet;
-use super::parse::Record;
+use super::record::Record;
 use super::tally::Tally;
 use crate::load::Loaded;
 use crate::replay::ReplayError;
@@ -58,7 +58,8 @@ impl Side {
     }
 
     /// Checks one attempt against every policy that applies to it, and on the fleet.
-    pub(super) fn check(&mut self, minute: usize, rec: &Record, hash: u64) -> Checked {
+    pub(super) fn check(&mut self, minute: usize, t_ms: i64, rec: &Record, hash: u64) -> Checked {
+        self.tally.now_ms = t_ms;
         let policy = self.limits.resolve(&rec.tier, &rec.category, &rec.route);
         let cost = match policy {
             Some(p) if p.quota().is_bytes() => rec.bytes.unwrap_or(1).max(1),

@@ -63,7 +63,10 @@ pub(super) struct Tally {
     pub(super) oversized: u64,
     pub(super) ever_denied: HashSet<u64>,
     pub(super) ever_denied_capped: bool,
-    pub(super) denials: HashMap<String, u64>,
+    /// Denied keys by name: how often, and when first (ms since the epoch).
+    pub(super) denials: HashMap<String, (u64, i64)>,
+    /// The time of the check being tallied (ms since the epoch), set by the side.
+    pub(super) now_ms: i64,
     pub(super) denials_capped: bool,
     pub(super) minutes: Vec<Bucket>,
     pub(super) minute_keys: HashMap<u64, (u32, u32)>,
@@ -156,9 +159,9 @@ impl Tally {
         }
         let room = self.denials.len() < MAX_HARDEST;
         match self.denials.get_mut(key) {
-            Some(n) => *n += 1,
+            Some((n, _)) => *n += 1,
             None if room => {
-                self.denials.insert(key.to_owned(), 1);
+                self.denials.insert(key.to_owned(), (1, self.now_ms));
             }
             None => self.denials_capped = true,
         }
@@ -175,7 +178,8 @@ impl Tally {
     }
 
     pub(super) fn hardest(&self, n: usize) -> Vec<(String, u64)> {
-        let mut v: Vec<(String, u64)> = self.denials.iter().map(|(k, c)| (k.clone(), *c)).collect();
+        let mut v: Vec<(String, u64)> =
+            self.denials.iter().map(|(k, c)| (k.clone(), c.0)).collect();
         v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         v.truncate(n);
         v

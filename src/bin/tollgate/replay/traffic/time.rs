@@ -68,6 +68,11 @@ pub(crate) fn timestamp(v: &str) -> Result<i64, String> {
     Ok(t.as_millisecond())
 }
 
+/// `--from`/`--to`: a timestamp in any form of the module's table.
+pub(crate) fn parse_time(text: &str) -> Result<i64, String> {
+    timestamp(text.trim())
+}
+
 /// `ms` since the epoch as RFC 3339 in UTC, to the millisecond when it has any.
 pub(crate) fn rfc3339(ms: i64) -> String {
     match Timestamp::from_millisecond(ms) {
