@@ -32,6 +32,7 @@ mod merge;
 mod newly;
 mod output;
 mod parse;
+mod rates;
 mod record;
 mod side;
 mod tally;
@@ -84,6 +85,7 @@ struct Replay {
     bad_count: u64,
     requests: u64,
     customers: Customers,
+    rates: rates::Rates,
     first: Option<i64>,
     latest: i64,
     held: Vec<(String, Verdict)>,
@@ -124,6 +126,7 @@ impl Replay {
             bad_count: 0,
             requests: 0,
             customers: Customers::default(),
+            rates: rates::Rates::default(),
             first: None,
             latest: i64::MIN,
             held: Vec::new(),
@@ -185,6 +188,7 @@ impl Replay {
         let hash = key_hash(&rec.key);
         self.requests += 1;
         self.customers.insert(hash);
+        self.rates.add(t, hash, &rec.key);
         for i in 0..self.sides.len() {
             let checked = self.attempt(i, t, rec, hash);
             let side = &mut self.sides[i];
@@ -202,7 +206,8 @@ impl Replay {
         if let Some(r) = &self.rollout {
             let check = Check::cost(1).attempt(rec.attempt);
             if let Ok(d) = r.check_all(&rec.tier, &rec.category, &rec.route, &rec.key, check) {
-                self.rollout_tally.decision(minute, &rec.key, hash, &d);
+                let at = (rec.key.as_str(), rec.tier.as_str(), rec.route.as_str());
+                self.rollout_tally.decision(minute, at, hash, &d);
             }
         }
         if self.detector.is_none()
@@ -366,6 +371,7 @@ pub(crate) fn run(
         max_retries: args.max_retries,
         log_retries_dropped: replay.log_retries_dropped,
         outside: replay.outside,
+        rates: replay.rates.figures(),
         window: (args.from, args.to),
         gate: gate.as_ref(),
         peak_rss_kib: peak_rss_kib(),

@@ -7,7 +7,8 @@ use serde::Serialize;
 use super::clients::Clients;
 use super::compare::Against;
 use super::gate::Gate;
-use super::tally::Tally;
+use super::rates::RateFigures;
+use super::tally::{Counts, Tally};
 use super::time::rfc3339;
 use super::Side;
 use crate::replay::charts::{self, esc, per_minute, Chart};
@@ -79,6 +80,10 @@ pub(crate) const HELP: &str = r#"Traffic (--traffic FILE… --limits OLD.toml [-
     "requests": integer,                  // requests replayed
     "customers": integer,                 // distinct keys in the log
     "window": {"from": string | null, "to": string | null, "rows_outside": integer},
+    "key_rates": {"p50_per_minute", "p99_per_minute", "max_per_minute": integer,
+                  // requests per minute of a key, over the minutes it was active
+                  "peak_burst": integer, "peak_burst_key": string,   // most in one second
+                  "peak_burst_at": string | null, "at_least": bool},
     "clients": {"model": "none" | "retry-after" | "backoff" | "naive",
                 "max_retries": integer, "log_retries_dropped": integer},
     "bad_lines": integer,
@@ -95,6 +100,9 @@ pub(crate) const HELP: &str = r#"Traffic (--traffic FILE… --limits OLD.toml [-
       "oversized": integer,               // denied: the cost exceeds the burst
       "keys_ever_denied": integer, "keys_ever_denied_at_least": bool,
       "policies": {NAME: {"allowed": integer, "denied": integer, "shadow_denied": integer}},
+      "breakdown": [{"policy", "tier", "route": string, "allowed", "denied",
+                     "shadow_denied": integer}],   // each policy's verdicts by tier and route
+                                          // (10,000 rows, then one "(other)" route)
       "hardest_hit": [[key, denied]],     // the 10 keys denied most
       "deny_breadth_per_minute": [number], // share of active keys mostly denied, 0 to 1
       "clients": {"originals": integer, "retries": integer, "retry_share": number,
@@ -146,6 +154,7 @@ pub(super) struct Report<'a> {
     /// Rows outside `--from`/`--to`, and the window.
     pub(super) outside: u64,
     pub(super) window: (Option<i64>, Option<i64>),
+    pub(super) rates: RateFigures,
     pub(super) gate: Option<&'a Gate>,
     pub(super) peak_rss_kib: Option<u64>,
 }
@@ -174,6 +183,10 @@ impl Report<'_> {
                     "keys_ever_denied": t.ever_denied.len(),
                     "keys_ever_denied_at_least": t.ever_denied_capped,
                     "policies": t.policies,
+                    "breakdown": t.rows.iter().map(|(p, tier, route, c)| serde_json::json!({
+                        "policy": p, "tier": tier, "route": route,
+                        "allowed": c.allowed, "denied": c.denied, "shadow_denied": c.shadow_denied,
+                    })).collect::<Vec<_>>(),
                     "hardest_hit": t.hardest(10),
                     "deny_breadth_per_minute": t.minutes.iter().map(Bucket::breadth).collect::<Vec<_>>(),
                     "clients": {
@@ -198,6 +211,15 @@ impl Report<'_> {
             "lines": self.lines,
             "requests": self.requests,
             "customers": self.customers,
+            "key_rates": {
+                "p50_per_minute": self.rates.p50_per_minute,
+                "p99_per_minute": self.rates.p99_per_minute,
+                "max_per_minute": self.rates.max_per_minute,
+                "peak_burst": self.rates.peak_burst,
+                "peak_burst_key": self.rates.peak_burst_key,
+                "peak_burst_at": (self.requests > 0).then(|| rfc3339(self.rates.peak_burst_at_ms)),
+                "at_least": self.rates.at_least,
+            },
             "window": {
                 "from": self.window.0.map(rfc3339),
                 "to": self.window.1.map(rfc3339),
@@ -253,6 +275,18 @@ pub(super) fn human(r: &Report<'_>, out: &mut Output) {
     }
     if r.requests == 0 {
         out.line("no requests in the log: nothing to replay, no verdict to give");
+    } else {
+        let k = &r.rates;
+        out.line(format!(
+            "per-key rate (requests per minute, over the minutes a key was active): p50 {}, p99 {}, max {}; peak burst {} requests in one second ({}, {}){}",
+            k.p50_per_minute,
+            k.p99_per_minute,
+            k.max_per_minute,
+            k.peak_burst,
+            k.peak_burst_key,
+            rfc3339(k.peak_burst_at_ms),
+            if k.at_least { " (at least)" } else { "" }
+        ));
     }
     if r.clients != Clients::None {
         out.line(format!(
@@ -319,12 +353,56 @@ fn side(s: &Side, out: &mut Output) {
             c.allowed, c.denied
         ));
     }
+    breakdown(t, out);
     let peak = t.minutes.iter().map(Bucket::breadth).fold(0.0, f64::max);
     out.line(format!("  peak deny breadth (per minute): {}", pct(peak)));
     let hardest = t.hardest(5);
     if !hardest.is_empty() {
         let list: Vec<String> = hardest.iter().map(|(k, n)| format!("{k} ({n})")).collect();
         out.line(format!("  hardest hit: {}", list.join(", ")));
+    }
+}
+
+/// Rows of the breakdown shown for people (all are in the JSON).
+const SHOWN_ROWS: usize = 10;
+
+/// The policy × tier × route rows with the most denials (enforced or shadow).
+fn breakdown(t: &Tally, out: &mut Output) {
+    let mut rows: Vec<&(String, String, String, Counts)> = t
+        .rows
+        .iter()
+        .filter(|r| r.3.denied + r.3.shadow_denied > 0)
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    rows.sort_by(|a, b| {
+        (b.3.denied + b.3.shadow_denied)
+            .cmp(&(a.3.denied + a.3.shadow_denied))
+            .then_with(|| (&a.0, &a.1, &a.2).cmp(&(&b.0, &b.1, &b.2)))
+    });
+    out.line(format!(
+        "  denials by policy × tier × route ({} of {} rows with denials):",
+        rows.len().min(SHOWN_ROWS),
+        rows.len()
+    ));
+    for (p, tier, route, c) in rows.into_iter().take(SHOWN_ROWS) {
+        let shadow = if c.shadow_denied > 0 {
+            format!(", would deny {} (shadow)", c.shadow_denied)
+        } else {
+            String::new()
+        };
+        out.line(format!(
+            "    {p} × {} × {}: denied {} of {}{shadow}",
+            if tier.is_empty() { "(no tier)" } else { tier },
+            if route.is_empty() {
+                "(no route)"
+            } else {
+                route
+            },
+            c.denied,
+            c.allowed + c.denied
+        ));
     }
 }
 
@@ -463,12 +541,12 @@ pub(super) fn write_charts(
     }
     let chart = Chart {
         title: format!("traffic replay: {}", r.name()),
-        day_offset_secs: 0,
+        // Wall-clock (UTC) times on the axis: the first line's time of day.
+        day_offset_secs: r
+            .first_ms
+            .map_or(0, |t| (t.div_euclid(1000)).rem_euclid(86_400) as u64),
         span_secs: (r.span_ms as f64 / 1000.0).max(60.0),
-        top: (
-            "allowed share of checks (per minute; time since the first line)",
-            top,
-        ),
+        top: ("allowed share of checks (per minute; UTC)", top),
         bottom: (
             "deny breadth: share of active keys mostly denied (per minute)",
             bottom,

@@ -74,7 +74,8 @@ impl Side {
             .check_all(&rec.tier, &rec.category, &rec.route, &rec.key, check)
         {
             Ok(d) => {
-                self.tally.decision(minute, &rec.key, hash, &d);
+                let at = (rec.key.as_str(), rec.tier.as_str(), rec.route.as_str());
+                self.tally.decision(minute, at, hash, &d);
                 match d.policy() {
                     Some(_) => Checked::Judged(d.verdict()),
                     None => Checked::Unmatched,

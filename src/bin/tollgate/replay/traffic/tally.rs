@@ -15,6 +15,8 @@ pub(super) const MAX_EVER_DENIED: usize = 1 << 20;
 pub(super) const MAX_HARDEST: usize = 100_000;
 /// Keys tallied per minute for the deny breadth.
 pub(super) const MAX_MINUTE_KEYS: usize = 100_000;
+/// Rows of the policy × tier × route breakdown kept; the rest add up in one "other" row.
+pub(super) const MAX_BREAKDOWN: usize = 10_000;
 /// Minutes after the first line a log may span (about 69 days).
 pub(super) const MAX_MINUTES: u64 = 100_000;
 
@@ -63,6 +65,9 @@ pub(super) struct Tally {
     pub(super) oversized: u64,
     pub(super) ever_denied: HashSet<u64>,
     pub(super) ever_denied_capped: bool,
+    /// Policy × tier × route, by an FNV-1a hash of the three: the row's index in `rows`.
+    pub(super) breakdown: HashMap<u64, usize>,
+    pub(super) rows: Vec<(String, String, String, Counts)>,
     /// Denied keys by name: how often, and when first (ms since the epoch).
     pub(super) denials: HashMap<String, (u64, i64)>,
     /// The time of the check being tallied (ms since the epoch), set by the side.
@@ -82,27 +87,52 @@ pub(super) fn key_hash(key: &str) -> u64 {
 impl Tally {
     /// Tallies a decision of every policy that applied: each policy's verdict, then the
     /// request's overall one.
-    pub(super) fn decision(&mut self, minute: usize, key: &str, hash: u64, d: &MultiDecision) {
+    pub(super) fn decision(
+        &mut self,
+        minute: usize,
+        (key, tier, route): (&str, &str, &str),
+        hash: u64,
+        d: &MultiDecision,
+    ) {
         let mut shadow_denied = false;
         for v in d.verdicts() {
+            let row = self.row(v.policy(), tier, route);
+            count(row, v.verdict());
             let c = match self.policies.get_mut(v.policy()) {
                 Some(c) => c,
                 None => self.policies.entry(v.policy().to_owned()).or_default(),
             };
-            match v.verdict() {
-                Verdict::Deny(_) => c.denied += 1,
-                Verdict::PassThrough(p)
-                    if p.reason() == PassReason::Shadow && p.shadow() == Shadow::Deny =>
-                {
-                    c.allowed += 1;
-                    c.shadow_denied += 1;
-                    shadow_denied = true;
-                }
-                _ => c.allowed += 1,
-            }
+            shadow_denied |= count(c, v.verdict());
         }
         let matched = !d.verdicts().is_empty();
         self.record(minute, key, hash, matched, d.is_permitted(), shadow_denied);
+    }
+
+    /// The breakdown row of `policy` × `tier` × `route` (the "other" row past the bound).
+    fn row(&mut self, policy: &str, tier: &str, route: &str) -> &mut Counts {
+        let h = fnv1a(&[policy, tier, route]);
+        let i = match self.breakdown.get(&h) {
+            Some(&i) => i,
+            None if self.rows.len() < MAX_BREAKDOWN => {
+                let row = (policy.to_owned(), tier.to_owned(), route.to_owned());
+                self.rows.push((row.0, row.1, row.2, Counts::default()));
+                self.breakdown.insert(h, self.rows.len() - 1);
+                self.rows.len() - 1
+            }
+            None => {
+                let other = fnv1a(&["", "", "(other)"]);
+                match self.breakdown.get(&other) {
+                    Some(&i) => i,
+                    None => {
+                        let row = (String::new(), String::new(), "(other)".to_owned());
+                        self.rows.push((row.0, row.1, row.2, Counts::default()));
+                        self.breakdown.insert(other, self.rows.len() - 1);
+                        self.rows.len() - 1
+                    }
+                }
+            }
+        };
+        &mut self.rows[i].3
     }
 
     /// A request denied because its cost exceeds `policy`'s burst.
@@ -184,6 +214,35 @@ impl Tally {
         v.truncate(n);
         v
     }
+}
+
+/// Counts one policy's verdict; `true` if it is a shadow policy's would-be denial.
+fn count(c: &mut Counts, v: Verdict) -> bool {
+    match v {
+        Verdict::Deny(_) => c.denied += 1,
+        Verdict::PassThrough(p)
+            if p.reason() == PassReason::Shadow && p.shadow() == Shadow::Deny =>
+        {
+            c.allowed += 1;
+            c.shadow_denied += 1;
+            return true;
+        }
+        _ => c.allowed += 1,
+    }
+    false
+}
+
+/// FNV-1a over strings, each ended by a 0xff byte (which UTF-8 never holds), so
+/// ("ab", "c") and ("a", "bc") differ. Fast on the short strings of a row's name.
+fn fnv1a(parts: &[&str]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for p in parts {
+        for &b in p.as_bytes().iter().chain(&[0xff]) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    h
 }
 
 fn bump(t: &mut (u32, u32), permitted: bool) {
