@@ -115,7 +115,10 @@ impl Replay {
             clock,
             sides,
             rollout,
-            rollout_tally: Tally::default(),
+            rollout_tally: Tally {
+                no_breakdown: true,
+                ..Tally::default()
+            },
             model: Model::new(args.clients, args.max_retries, args.seed),
             retries: Queue::default(),
             log_retries_dropped: 0,

@@ -3,13 +3,11 @@
 //! limit (what `SharedRateLimiter` gives every instance). Round-robin per request, not by
 //! key: spreading by key would give each key one instance and hide the N× admission.
 
-use std::collections::HashSet;
-
 use serde::Serialize;
 use tollgate::{Check, Limits, LimitsHandle, ManualClock};
 
 use super::record::Record;
-use super::tally::MAX_EVER_DENIED;
+use super::tally::{HashSet64, MAX_EVER_DENIED};
 
 /// The most instances a fleet may have.
 pub(crate) const MAX_INSTANCES: usize = 1_000;
@@ -19,7 +17,7 @@ pub(super) struct Fleet {
     handles: Vec<LimitsHandle>,
     next: usize,
     pub(super) totals: FleetTotals,
-    ever_denied: HashSet<u64>,
+    ever_denied: HashSet64,
 }
 
 /// What the fleet of local limiters let through.
@@ -47,7 +45,7 @@ impl Fleet {
                 instances,
                 ..FleetTotals::default()
             },
-            ever_denied: HashSet::new(),
+            ever_denied: HashSet64::default(),
         }
     }
 

@@ -6,9 +6,11 @@
 //! past that in one window are not counted there, and the figures say "at least"), and a
 //! histogram of counts.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use serde::Serialize;
+
+use super::tally::HashMap64;
 
 /// Keys counted per minute and per second.
 pub(super) const MAX_RATE_KEYS: usize = 100_000;
@@ -17,11 +19,11 @@ pub(super) const MAX_RATE_KEYS: usize = 100_000;
 #[derive(Debug, Default)]
 pub(super) struct Rates {
     minute: Option<i64>,
-    per_minute: HashMap<u64, u32>,
+    per_minute: HashMap64<u32>,
     /// Requests in a key-minute → how many key-minutes had that many.
     histogram: BTreeMap<u32, u64>,
     second: Option<i64>,
-    per_second: HashMap<u64, u32>,
+    per_second: HashMap64<u32>,
     peak: u32,
     peak_key: String,
     peak_at_ms: i64,
@@ -101,7 +103,7 @@ impl Rates {
 }
 
 /// Counts `hash` in `map` unless the map is full; returns its count (0 if not counted).
-fn bump(map: &mut HashMap<u64, u32>, hash: u64, capped: &mut bool) -> u32 {
+fn bump(map: &mut HashMap64<u32>, hash: u64, capped: &mut bool) -> u32 {
     let room = map.len() < MAX_RATE_KEYS;
     match map.get_mut(&hash) {
         Some(n) => {
