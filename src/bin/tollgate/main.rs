@@ -23,7 +23,8 @@ const EXIT_STATUS: &str = "\
 Exit status:
   0  every document is valid (and, for diff, every tightening beyond the guard is acknowledged)
   1  a document is invalid, or a tightening beyond the guard is not acknowledged
-  2  usage error, or a file that cannot be read or whose format cannot be told";
+  2  usage error, or a file that cannot be read or whose format cannot be told
+  3  replay --fail-if-newly-denied: the new document newly denies more customers than allowed";
 
 /// Check limits documents and compare them before they ship.
 #[derive(Debug, Parser)]
@@ -62,7 +63,7 @@ enum Command {
     /// Replay the three incidents (the default), or an access log against limits documents,
     /// in simulated time: tables on stdout, SVG charts and index.html in --out.
     #[command(after_long_help = replay::long_help())]
-    Replay(replay::ReplayArgs),
+    Replay(Box<replay::ReplayArgs>),
 }
 
 /// Options that both commands take.
