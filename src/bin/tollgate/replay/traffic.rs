@@ -27,6 +27,7 @@ mod compare;
 mod fleet;
 mod gate;
 mod generate;
+mod help;
 mod input;
 mod merge;
 mod newly;
@@ -54,7 +55,7 @@ use side::{Checked, Side};
 use tally::{key_hash, Customers, Tally, MAX_MINUTES};
 pub(crate) use time::parse_time;
 
-pub(crate) use output::HELP;
+pub(crate) use help::HELP;
 
 /// Bad lines listed by number (all are counted).
 const SHOWN_BAD: usize = 20;
