@@ -80,11 +80,23 @@ fn also_policies_are_checked_and_reported() {
         .as_array()
         .and_then(|rows| rows.iter().find(|r| r["policy"] == "customer-day"))
         .unwrap_or_else(|| panic!("no customer-day row: {old}"));
-    assert_eq!((row["tier"].as_str(), row["route"].as_str()), (Some("free"), Some("/v1/search")));
-    assert_eq!((row["allowed"].as_u64(), row["denied"].as_u64()), (Some(10), Some(40)));
+    assert_eq!(
+        (row["tier"].as_str(), row["route"].as_str()),
+        (Some("free"), Some("/v1/search"))
+    );
+    assert_eq!(
+        (row["allowed"].as_u64(), row["denied"].as_u64()),
+        (Some(10), Some(40))
+    );
     // One request a second for 50 s: one active key-minute of 50, bursts of 1.
     let rates = &json["key_rates"];
-    assert_eq!((rates["p50_per_minute"].as_u64(), rates["max_per_minute"].as_u64()), (Some(50), Some(50)));
+    assert_eq!(
+        (
+            rates["p50_per_minute"].as_u64(),
+            rates["max_per_minute"].as_u64()
+        ),
+        (Some(50), Some(50))
+    );
     assert_eq!(rates["peak_burst"], 1);
     assert_eq!(rates["peak_burst_at"], "2026-03-14T08:00:00Z");
     // The chart's axis is on the log's clock (UTC), not time since the first line.
