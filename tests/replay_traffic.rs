@@ -690,3 +690,40 @@ fn a_log_on_stdin_gzip_or_not() {
         assert_eq!(json["file"], "-");
     }
 }
+
+#[test]
+fn a_truncated_gzip_log_exits_2_after_the_part_read() {
+    use std::io::Write;
+    let dir = TempDir::new();
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gz.write_all(log(5_000, "alice").as_bytes()).expect("gzip");
+    let bytes = gz.finish().expect("gzip");
+    let path = dir.path("cut.csv.gz");
+    std::fs::write(&path, &bytes[..bytes.len() / 2]).expect("write");
+    let limits = dir.write("limits.toml", ALSO);
+    let run = tollgate(&[
+        "replay",
+        "--traffic",
+        &path.display().to_string(),
+        "--limits",
+        &limits.display().to_string(),
+        "--out",
+        &dir.path("out").display().to_string(),
+        "--format",
+        "json",
+    ]);
+    assert_eq!(run.code, Some(2), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("cannot read") && run.stderr.contains("to its end"),
+        "{}",
+        run.stderr
+    );
+    let json = run.json();
+    assert!(
+        json["requests"]
+            .as_u64()
+            .is_some_and(|n| n > 0 && n < 5_000),
+        "{json}"
+    );
+    assert_eq!(json["bad_lines"], 1, "{json}");
+}

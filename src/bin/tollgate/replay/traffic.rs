@@ -410,7 +410,15 @@ pub(crate) fn run(
             out.line(crate::to_json(&json));
         }
     }
-    Ok(if gate.is_some_and(|g| !g.passed) {
+    let unreadable = logs.unreadable();
+    for name in &unreadable {
+        out.error(format!(
+            "cannot read {name:?} to its end (see its bad lines): the replay above covers only the part read"
+        ));
+    }
+    Ok(if !unreadable.is_empty() {
+        Status::Unusable
+    } else if gate.is_some_and(|g| !g.passed) {
         Status::Blocked
     } else if replay.bad_count > 0 {
         Status::Rejected

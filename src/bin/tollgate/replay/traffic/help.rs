@@ -98,5 +98,6 @@ pub(crate) const HELP: &str = r#"Traffic (--traffic FILE… --limits OLD.toml [-
   }
 
 Exit status (traffic): 0 on success, 1 when a log had bad lines or a document is invalid,
-2 on a usage error or a file that cannot be read, 3 when --fail-if-newly-denied N|P% is
-given and NEW newly denies more customers than that (3 wins over 1, 2 over both)."#;
+2 on a usage error or a file that cannot be read (also part way: a truncated gzip log), 3
+when --fail-if-newly-denied N|P% is given and NEW newly denies more customers than that
+(3 wins over 1, 2 over both)."#;

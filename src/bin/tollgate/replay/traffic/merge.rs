@@ -78,6 +78,16 @@ impl Merge {
         self.logs.iter().map(|l| l.lines.line()).sum()
     }
 
+    /// The logs whose reading failed part way (named as given).
+    pub(super) fn unreadable(&self) -> Vec<&str> {
+        self.logs
+            .iter()
+            .zip(&self.names)
+            .filter(|(l, _)| l.lines.failed())
+            .map(|(_, n)| n.as_str())
+            .collect()
+    }
+
     /// The earliest next record of the logs (the first log's on a tie), or a bad line.
     pub(super) fn next_item(&mut self) -> Item {
         for (file, log) in self.logs.iter_mut().enumerate() {

@@ -123,6 +123,12 @@ impl<R: BufRead> Reader<R> {
         })
     }
 
+    /// `true` once a read failed (a truncated gzip stream, an I/O error): the rest of the
+    /// input was not read, so the file is unreadable as a whole.
+    pub(crate) fn failed(&self) -> bool {
+        self.failed
+    }
+
     /// The number of the last line read.
     pub(crate) fn line(&self) -> u64 {
         self.line
