@@ -309,8 +309,8 @@ fn a_million_line_log_replays_in_bounded_memory() {
         "{json}"
     );
     let factor = &json["against"]["tightening_factors"][0];
-    assert_eq!(factor[0], "paid-checkout");
-    assert!((f(&factor[3]) - 60.0).abs() < 1e-9);
+    assert_eq!(factor["policy"], "paid-checkout");
+    assert!((f(&factor["factor"]) - 60.0).abs() < 1e-9);
     match json["peak_rss_kib"].as_u64() {
         Some(kib) => {
             println!(

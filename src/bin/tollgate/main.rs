@@ -23,7 +23,8 @@ const EXIT_STATUS: &str = "\
 Exit status:
   0  every document is valid (and, for diff, every tightening beyond the guard is acknowledged)
   1  a document is invalid, or a tightening beyond the guard is not acknowledged
-  2  usage error, or a file that cannot be read or whose format cannot be told";
+  2  usage error, or a file that cannot be read or whose format cannot be told
+  3  replay --fail-if-newly-denied: the new document newly denies more customers than allowed";
 
 /// Check limits documents and compare them before they ship.
 #[derive(Debug, Parser)]
@@ -61,8 +62,8 @@ enum Command {
     },
     /// Replay the three incidents (the default), or an access log against limits documents,
     /// in simulated time: tables on stdout, SVG charts and index.html in --out.
-    #[command(after_long_help = replay::LONG_HELP)]
-    Replay(replay::ReplayArgs),
+    #[command(after_long_help = replay::long_help())]
+    Replay(Box<replay::ReplayArgs>),
 }
 
 /// Options that both commands take.
@@ -114,6 +115,9 @@ enum Status {
     Ok,
     /// Exit 1: a document is invalid or a tightening is unacknowledged.
     Rejected,
+    /// Exit 3: the replay's CI gate (`--fail-if-newly-denied`) blocks the change. Worse
+    /// than 1 (its finding stands despite bad lines), better than 2 (no finding at all).
+    Blocked,
     /// Exit 2: a file that cannot be read, or whose format cannot be told.
     Unusable,
 }
@@ -123,6 +127,7 @@ impl From<Status> for ExitCode {
         ExitCode::from(match status {
             Status::Ok => 0,
             Status::Rejected => 1,
+            Status::Blocked => 3,
             Status::Unusable => 2,
         })
     }

@@ -32,21 +32,16 @@ pub(crate) const LONG_HELP: &str = r#"Incidents (the default; seeded, determinis
   for 003 heartbeats delivered, leader elections and the recovery backlog left.
   Each incident, its model and what the model leaves out: docs/incidents.md in the repository.
 
-Traffic (--traffic FILE --limits OLD.toml [--against NEW.toml]):
-  FILE is CSV (a header line naming the columns) or JSON lines (one object per line), told
-  apart by the first character. Columns: timestamp (RFC 3339, or epoch milliseconds), key,
-  and optionally tier, category, route, status, bytes, attempt. Rows must be in time order
-  (a row up to 1 s earlier than the latest is replayed at the latest; an older one is a bad
-  line). Bad lines are counted and reported with their line numbers (the first 20 shown).
-  Memory stays bounded: keys are tracked in the limiters (bounded by max_keys) and the
-  per-key deny counts keep the 10,000 keys denied most (a space-saving top-k).
-  --generate FILE writes a sample log (--lines N, --keys N, --seed N).
-
 Output: a table per incident (or per document) on stdout, SVG charts and index.html in --out.
   --format json prints one JSON object instead of the tables (charts are still written).
 
 Exit status: 0 on success, 1 when the traffic file had bad lines or a document is invalid,
 2 on a usage error or a file that cannot be read."#;
+
+/// `tollgate replay --help`: the incidents, then the traffic replay and its JSON.
+pub(crate) fn long_help() -> String {
+    format!("{LONG_HELP}\n\n{}", traffic::HELP)
+}
 
 /// Options of `tollgate replay`.
 #[derive(Debug, Args)]
@@ -54,20 +49,51 @@ pub(crate) struct ReplayArgs {
     /// Which incident to replay (the default when no traffic is given: all).
     #[arg(long, value_enum, conflicts_with_all = ["traffic", "generate"])]
     incident: Option<Which>,
-    /// An access log to replay (CSV with a header, or JSON lines).
+    /// An access log to replay (CSV with a header, or JSON lines; gzip-compressed or not;
+    /// `-` for stdin). Given several times, the logs are merged by time.
     #[arg(
         long,
         value_name = "FILE",
         requires = "limits",
         conflicts_with = "generate"
     )]
-    traffic: Option<PathBuf>,
+    traffic: Vec<PathBuf>,
+    /// A column of the log under a name of its own: FIELD=NAME, such as key=api_key
+    /// (fields: timestamp, key, tier, category, route, status, bytes, attempt). Repeatable.
+    #[arg(long, value_name = "FIELD=NAME", requires = "traffic", value_parser = traffic::parse_column)]
+    column: Vec<traffic::Column>,
     /// The limits document the traffic is replayed against.
     #[arg(long, value_name = "OLD", requires = "traffic")]
     limits: Option<PathBuf>,
     /// A second document: what it would change, as a staged rollout would have run it.
     #[arg(long, value_name = "NEW", requires = "traffic")]
     against: Option<PathBuf>,
+    /// With --against: exit 3 when NEW newly denies more customers than N, or than P % of
+    /// the customers in the log (`5`, `0.5%`): a CI gate on real traffic.
+    #[arg(long, value_name = "N|P%", requires = "against", value_parser = traffic::parse_threshold)]
+    fail_if_newly_denied: Option<traffic::Threshold>,
+    /// What clients do with a 429: nothing (the log as written, the default), retry after
+    /// the Retry-After, back off exponentially with jitter, or retry at once. Under a model
+    /// the log's own retries (attempt > 0) are dropped and the model makes its own.
+    #[arg(long, value_enum, default_value_t = traffic::Clients::None, requires = "traffic")]
+    clients: traffic::Clients,
+    /// The retries a client makes before it gives up (with --clients).
+    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u32).range(0..=100))]
+    max_retries: u32,
+    /// A fleet of N gateway instances, each with an in-memory limiter holding the full
+    /// quota, requests spread round-robin, replayed beside the one shared limit.
+    #[arg(long, value_name = "N", requires = "traffic", value_parser = parse_instances)]
+    instances: Option<usize>,
+    /// Replays only the log's rows from this time on (RFC 3339, epoch, nginx's forms).
+    #[arg(long, value_name = "TIME", requires = "traffic", value_parser = traffic::parse_time)]
+    from: Option<i64>,
+    /// Replays only the log's rows before this time.
+    #[arg(long, value_name = "TIME", requires = "traffic", value_parser = traffic::parse_time)]
+    to: Option<i64>,
+    /// With --against: writes every newly denied customer to FILE as CSV
+    /// (key,denied,first_denied_at).
+    #[arg(long, value_name = "FILE", requires = "against")]
+    newly_denied: Option<PathBuf>,
     /// Writes a sample access log to FILE and exits.
     #[arg(long, value_name = "FILE")]
     generate: Option<PathBuf>,
@@ -89,6 +115,18 @@ pub(crate) struct ReplayArgs {
     /// Tables for people, or one JSON object.
     #[arg(long, value_enum, default_value_t = OutputFormat::Human)]
     format: OutputFormat,
+}
+
+/// `--instances`: 1 to [`traffic::MAX_INSTANCES`].
+fn parse_instances(text: &str) -> Result<usize, String> {
+    match text.trim().parse::<usize>() {
+        Ok(n) if (1..=traffic::MAX_INSTANCES).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "invalid number of instances {:?}: write 1 to {}",
+            text.chars().take(40).collect::<String>(),
+            traffic::MAX_INSTANCES
+        )),
+    }
 }
 
 /// An incident to replay.
@@ -171,15 +209,8 @@ pub(crate) fn run(args: &ReplayArgs, out: &mut Output) -> Status {
             out.line(format!("wrote {n} lines to {}", file.display()));
             Status::Ok
         })
-    } else if let (Some(file), Some(limits)) = (&args.traffic, &args.limits) {
-        traffic::run(
-            file,
-            limits,
-            args.against.as_deref(),
-            &args.out,
-            args.format,
-            out,
-        )
+    } else if let (false, Some(limits)) = (args.traffic.is_empty(), &args.limits) {
+        traffic::run(args, limits, out)
     } else {
         run_incidents(args, out)
     };

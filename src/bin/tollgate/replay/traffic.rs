@@ -1,107 +1,66 @@
-//! `tollgate replay --traffic FILE --limits OLD [--against NEW]`: an access log replayed
+//! `tollgate replay --traffic FILE… --limits OLD [--against NEW]`: access logs replayed
 //! against limits documents in simulated time, streaming, in bounded memory.
 //!
 //! Each side (OLD, and NEW if given) is a [`LimitsHandle`] on one `ManualClock` that follows
-//! the log's timestamps. With NEW, the same requests also go through a [`Rollout`] from OLD
-//! to NEW (as it would have run from the log's first line) and NEW's verdicts are fed to a
-//! [`FaultDetector`] whose baseline is OLD's run, for its verdict.
+//! the log's timestamps, checking every policy that applies to a request
+//! ([`LimitsHandle::check_all`]). With NEW, the same requests also go through a [`Rollout`]
+//! from OLD to NEW (as it would have run from the log's first line) and NEW's verdicts are
+//! fed to a [`FaultDetector`] whose baseline is OLD's run, for its verdict.
 //!
 //! Memory: the limiters keep at most `max_keys` keys each (the library's bound); the tallies
-//! keep at most [`MAX_EVER_DENIED`] key hashes, [`MAX_HARDEST`] denied keys by name and
-//! [`MAX_MINUTE_KEYS`] keys per minute; minutes past [`MAX_MINUTES`] after the first line
-//! are bad lines. Beyond a cap, counts say "at least".
+//! keep at most `MAX_EVER_DENIED` key hashes, `MAX_HARDEST` denied keys by name and
+//! `MAX_MINUTE_KEYS` keys per minute; minutes past `MAX_MINUTES` after the first line are
+//! bad lines. Beyond a cap, counts say "at least".
 
-use std::io::{BufRead, BufReader, IsTerminal, Read};
 use std::path::Path;
 use std::time::Duration;
 
-use tollgate::{
-    Check, FaultDetector, Limits, LimitsHandle, ManualClock, Rollout, Verdict, DEFAULT_GUARD,
-};
+use tollgate::{Check, FaultDetector, Limits, ManualClock, Rollout, Verdict, DEFAULT_GUARD};
 
 use super::sim::MINUTE;
-use super::ReplayError;
+use super::{ReplayArgs, ReplayError};
 use crate::{Output, OutputFormat, Status};
 
+mod clients;
+mod columns;
 mod compare;
+mod fleet;
+mod gate;
 mod generate;
+mod help;
+mod input;
+mod merge;
+mod newly;
 mod output;
 mod parse;
+mod rates;
+mod record;
+mod side;
 mod tally;
+mod time;
 
+pub(crate) use clients::Clients;
+use clients::{Model, Queue};
+pub(crate) use columns::{parse_column, Column};
 use compare::{compare, detector, rollout_marks, Events};
+pub(crate) use fleet::MAX_INSTANCES;
+use gate::Gate;
+pub(crate) use gate::{parse_threshold, Threshold};
 pub(crate) use generate::generate;
-use output::{human, peak_rss_kib, write_charts, Report};
-use parse::{BadLine, Next, Reader, Record};
-use tally::{key_hash, Tally, MAX_MINUTES};
+use merge::{Item, Merge};
+use output::{human, peak_rss_kib, write_charts, Report, ShownBad};
+use parse::BadLine;
+use record::Record;
+use side::{Checked, Side};
+use tally::{key_hash, Customers, Tally, MAX_MINUTES};
+pub(crate) use time::parse_time;
+
+pub(crate) use help::HELP;
 
 /// Bad lines listed by number (all are counted).
 const SHOWN_BAD: usize = 20;
 /// A line at most this much earlier than the latest is replayed at the latest.
 const REORDER_MS: i64 = 1_000;
-
-/// One document replayed.
-struct Side {
-    name: &'static str,
-    file: String,
-    limits: Limits,
-    handle: LimitsHandle,
-    tally: Tally,
-}
-
-impl Side {
-    fn check(&mut self, minute: usize, rec: &Record, hash: u64) -> Option<Verdict> {
-        let cost = match self.limits.resolve(&rec.tier, &rec.category, &rec.route) {
-            Some(p) if p.quota().is_bytes() => rec.bytes.unwrap_or(1).max(1),
-            _ => 1,
-        };
-        let check = Check::cost(cost).attempt(rec.attempt);
-        match self
-            .handle
-            .check(&rec.tier, &rec.category, &rec.route, &rec.key, check)
-        {
-            Ok(d) => {
-                self.tally
-                    .record(minute, &rec.key, hash, d.policy(), d.is_permitted());
-                d.policy().map(|_| d.verdict())
-            }
-            Err(_) => {
-                self.tally.oversized += 1;
-                let policy = self
-                    .limits
-                    .resolve(&rec.tier, &rec.category, &rec.route)
-                    .map(|p| p.name().to_owned());
-                self.tally
-                    .record(minute, &rec.key, hash, policy.as_deref(), false);
-                None
-            }
-        }
-    }
-}
-
-fn load(path: &Path) -> Result<Limits, ReplayError> {
-    Limits::from_path(path).map_err(|errors| {
-        let list: Vec<String> = errors
-            .iter()
-            .map(|e| format!("{}: {e}", path.display()))
-            .collect();
-        ReplayError::Input(list.join("\n"))
-    })
-}
-
-/// Counts the bytes read, for the progress bar.
-struct Counting<R> {
-    inner: R,
-    bar: indicatif::ProgressBar,
-}
-
-impl<R: Read> Read for Counting<R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        self.bar.inc(n as u64);
-        Ok(n)
-    }
-}
 
 /// Verdicts of NEW kept for the detector until OLD's first minute gives it a baseline; past
 /// this many, the detector is built on what OLD has seen so far.
@@ -114,9 +73,20 @@ struct Replay {
     sides: Vec<Side>,
     rollout: Option<Rollout>,
     rollout_tally: Tally,
-    bad: Vec<BadLine>,
+    /// What clients do with a 429, and the retries they have made that wait.
+    model: Model,
+    retries: Queue,
+    /// The log's own retries, dropped under a client model.
+    log_retries_dropped: u64,
+    /// `--from`/`--to` (ms since the epoch, `to` excluded), and the rows left outside.
+    window: (i64, i64),
+    outside: u64,
+    files: Vec<String>,
+    bad: Vec<ShownBad>,
     bad_count: u64,
     requests: u64,
+    customers: Customers,
+    rates: rates::Rates,
     first: Option<i64>,
     latest: i64,
     held: Vec<(String, Verdict)>,
@@ -124,24 +94,12 @@ struct Replay {
 }
 
 impl Replay {
-    fn new(limits: &Path, against: Option<&Path>) -> Result<Replay, ReplayError> {
+    fn new(args: &ReplayArgs, limits: &Path) -> Result<Replay, ReplayError> {
         let start = Duration::from_secs(3_600);
         let clock = ManualClock::at(start);
-        let side = |name, path: &Path| -> Result<Side, ReplayError> {
-            let limits = load(path)?;
-            Ok(Side {
-                name,
-                file: path.display().to_string(),
-                handle: LimitsHandle::builder(limits.clone())
-                    .clock(clock.clone())
-                    .build(),
-                limits,
-                tally: Tally::default(),
-            })
-        };
-        let mut sides = vec![side("old", limits)?];
-        if let Some(new) = against {
-            sides.push(side("new", new)?);
+        let mut sides = vec![Side::load("old", limits, &clock, args.instances)?];
+        if let Some(new) = &args.against {
+            sides.push(Side::load("new", new, &clock, args.instances)?);
         }
         // The rollout runs even when the guard refuses the transition (with the guard
         // lifted): what it would have done, had the tightening been acknowledged.
@@ -158,10 +116,21 @@ impl Replay {
             clock,
             sides,
             rollout,
-            rollout_tally: Tally::default(),
+            rollout_tally: Tally {
+                no_breakdown: true,
+                ..Tally::default()
+            },
+            model: Model::new(args.clients, args.max_retries, args.seed),
+            retries: Queue::default(),
+            log_retries_dropped: 0,
+            window: (args.from.unwrap_or(i64::MIN), args.to.unwrap_or(i64::MAX)),
+            outside: 0,
+            files: Vec::new(),
             bad: Vec::new(),
             bad_count: 0,
             requests: 0,
+            customers: Customers::default(),
+            rates: rates::Rates::default(),
             first: None,
             latest: i64::MIN,
             held: Vec::new(),
@@ -169,56 +138,80 @@ impl Replay {
         })
     }
 
-    fn bad_line(&mut self, b: BadLine) {
+    fn bad_line(&mut self, file: usize, b: BadLine) {
         self.bad_count += 1;
         if self.bad.len() < SHOWN_BAD {
-            self.bad.push(b);
+            self.bad.push(ShownBad {
+                file: self.files.get(file).cloned().unwrap_or_default(),
+                line: b.line,
+                message: b.message,
+            });
         }
     }
 
-    /// Why a record cannot be replayed where it stands in the log, if it cannot.
-    fn misplaced(&self, t0: i64, rec: &Record) -> Option<String> {
+    /// The time a record is replayed at (never before the latest line: logs merged from
+    /// several frontends jitter), or why it cannot be replayed where it stands.
+    fn place(&self, rec: &Record) -> Result<i64, String> {
+        let Some(first) = self.first else {
+            return Ok(rec.t_ms);
+        };
         if rec.t_ms < self.latest.saturating_sub(REORDER_MS) {
-            Some(format!(
+            return Err(format!(
                 "out of time order: {} ms before an earlier line",
                 self.latest.saturating_sub(rec.t_ms)
-            ))
-        } else if rec.t_ms < t0 || (rec.t_ms - t0) as u64 / MINUTE >= MAX_MINUTES {
-            Some(format!(
-                "more than {MAX_MINUTES} minutes after the first line"
-            ))
-        } else {
-            None
+            ));
         }
+        let t = rec.t_ms.max(self.latest);
+        if (t - first) as u64 / MINUTE >= MAX_MINUTES {
+            return Err(format!(
+                "more than {MAX_MINUTES} minutes after the first line"
+            ));
+        }
+        Ok(t)
     }
 
-    /// Replays one record read from `line`.
-    fn feed(&mut self, line: u64, rec: &Record) {
-        let t0 = *self.first.get_or_insert(rec.t_ms);
-        if let Some(message) = self.misplaced(t0, rec) {
-            self.bad_line(BadLine { line, message });
+    /// Replays one record read from `line` of log `file`.
+    fn feed(&mut self, file: usize, line: u64, rec: &Record) {
+        if self.model.closed() && rec.attempt > 0 {
+            self.log_retries_dropped += 1;
             return;
         }
-        self.latest = self.latest.max(rec.t_ms);
-        let since = (self.latest - t0) as u64;
-        self.clock.set(self.start + Duration::from_millis(since));
+        if rec.t_ms < self.window.0 || rec.t_ms >= self.window.1 {
+            self.outside += 1;
+            return;
+        }
+        let t = match self.place(rec) {
+            Ok(t) => t,
+            Err(message) => return self.bad_line(file, BadLine { line, message }),
+        };
+        self.retry_until(t);
+        self.first.get_or_insert(t);
+        self.latest = t;
+        let since = self.at(t);
         let minute = (since / MINUTE) as usize;
         let hash = key_hash(&rec.key);
         self.requests += 1;
+        self.customers.insert(hash);
+        self.rates.add(t, hash, &rec.key);
         for i in 0..self.sides.len() {
-            let verdict = self.sides[i].check(minute, rec, hash);
-            if let (1, Some(v)) = (i, verdict) {
-                match &self.detector {
-                    Some((d, _)) => d.record_key(&rec.key, &v),
-                    None => self.held.push((rec.key.clone(), v)),
-                }
+            let checked = self.attempt(i, t, rec, hash);
+            let side = &mut self.sides[i];
+            side.clients.originals += 1;
+            if rec.status == Some(429) {
+                side.clients.log_429 += 1;
+                let denied = matches!(
+                    checked,
+                    Checked::Judged(Verdict::Deny(_)) | Checked::Oversized
+                );
+                side.clients.log_429_denied += u64::from(denied);
             }
+            self.after(i, t, rec, &checked);
         }
         if let Some(r) = &self.rollout {
             let check = Check::cost(1).attempt(rec.attempt);
-            if let Ok(d) = r.check(&rec.tier, &rec.category, &rec.route, &rec.key, check) {
-                let tally = &mut self.rollout_tally;
-                tally.record(minute, &rec.key, hash, d.policy(), d.is_permitted());
+            if let Ok(d) = r.check_all(&rec.tier, &rec.category, &rec.route, &rec.key, check) {
+                let at = (rec.key.as_str(), rec.tier.as_str(), rec.route.as_str());
+                self.rollout_tally.decision(minute, at, hash, &d);
             }
         }
         if self.detector.is_none()
@@ -226,6 +219,75 @@ impl Replay {
             && (since >= MINUTE || self.held.len() >= MAX_HELD_VERDICTS)
         {
             self.start_detector(since);
+        }
+    }
+
+    /// Sets the clock to `t` (ms since the epoch); returns the ms since the first row.
+    fn at(&self, t: i64) -> u64 {
+        let since = self.first.map_or(0, |f| (t - f).max(0) as u64);
+        self.clock.set(self.start + Duration::from_millis(since));
+        since
+    }
+
+    /// Checks one attempt on side `i` and feeds NEW's verdicts to the detector.
+    fn attempt(&mut self, i: usize, t: i64, rec: &Record, hash: u64) -> Checked {
+        let minute = (self.at(t) / MINUTE) as usize;
+        let checked = self.sides[i].check(minute, t, rec, hash);
+        if let (1, Checked::Judged(v)) = (i, &checked) {
+            match &self.detector {
+                Some((d, _)) => d.record_key(&rec.key, v),
+                None => self.held.push((rec.key.clone(), *v)),
+            }
+        }
+        checked
+    }
+
+    /// What the client of `rec` does after side `i` answered it at `t`: done, or a retry
+    /// scheduled by the model, or given up.
+    fn after(&mut self, i: usize, t: i64, rec: &Record, checked: &Checked) {
+        let side = &mut self.sides[i];
+        let verdict = match checked {
+            Checked::Judged(v) if !v.is_permitted() => v,
+            Checked::Oversized => {
+                side.clients.gave_up += 1;
+                return;
+            }
+            _ => {
+                side.clients.succeeded += 1;
+                return;
+            }
+        };
+        let attempt = rec.attempt.saturating_add(1);
+        let Some(wait) = self.model.next(attempt, verdict) else {
+            side.clients.gave_up += 1;
+            return;
+        };
+        let retry = Record {
+            attempt,
+            ..rec.clone()
+        };
+        let due = t.saturating_add(wait.as_millis() as i64);
+        if !self.retries.push(i, due, retry) {
+            side.clients.dropped += 1;
+            side.clients.gave_up += 1;
+        }
+    }
+
+    /// Replays every retry due at or before `t`, in time order.
+    fn retry_until(&mut self, t: i64) {
+        while let Some(p) = self.retries.pop_due(t) {
+            let horizon = self
+                .first
+                .is_some_and(|f| (p.at_ms - f) as u64 / MINUTE >= MAX_MINUTES);
+            if horizon {
+                self.sides[p.side].clients.gave_up += 1;
+                continue;
+            }
+            self.latest = self.latest.max(p.at_ms);
+            let hash = key_hash(&p.rec.key);
+            let checked = self.attempt(p.side, p.at_ms, &p.rec, hash);
+            self.sides[p.side].clients.retries += 1;
+            self.after(p.side, p.at_ms, &p.rec, &checked);
         }
     }
 
@@ -249,51 +311,25 @@ impl Replay {
     }
 }
 
-/// Opens the log, with a progress bar on its bytes when both outputs are terminals.
-fn open(file: &Path) -> Result<(Reader<impl BufRead>, indicatif::ProgressBar), ReplayError> {
-    let f = std::fs::File::open(file).map_err(|e| ReplayError::io("read", file, e))?;
-    let size = f.metadata().map(|m| m.len()).unwrap_or(0);
-    let bar = if std::io::stdout().is_terminal() && std::io::stderr().is_terminal() {
-        let bar = indicatif::ProgressBar::new(size);
-        let template = "{bar:40} {bytes}/{total_bytes} {eta}";
-        if let Ok(style) = indicatif::ProgressStyle::with_template(template) {
-            bar.set_style(style);
-        }
-        bar
-    } else {
-        indicatif::ProgressBar::hidden()
-    };
-    let counting = Counting {
-        inner: f,
-        bar: bar.clone(),
-    };
-    let input = BufReader::with_capacity(1 << 16, counting);
-    let reader =
-        Reader::new(input).map_err(|e| ReplayError::Input(format!("{}: {e}", file.display())))?;
-    Ok((reader, bar))
-}
-
 /// `tollgate replay --traffic`.
 pub(crate) fn run(
-    file: &Path,
+    args: &ReplayArgs,
     limits: &Path,
-    against: Option<&Path>,
-    out_dir: &Path,
-    format: OutputFormat,
     out: &mut Output,
 ) -> Result<Status, ReplayError> {
-    let mut replay = Replay::new(limits, against)?;
-    let (mut reader, bar) = open(file)?;
+    let mut replay = Replay::new(args, limits)?;
+    let mut logs = Merge::open(&args.traffic, &columns::Columns::new(&args.column))?;
+    replay.files = logs.names().to_vec();
     loop {
-        match reader.next_record() {
-            Next::End => break,
-            Next::Bad(b) => replay.bad_line(b),
-            Next::Record(rec) => replay.feed(reader.line(), &rec),
+        match logs.next_item() {
+            Item::End => break,
+            Item::Bad { file, bad } => replay.bad_line(file, bad),
+            Item::Record { file, line, rec } => replay.feed(file, line, &rec),
         }
     }
-    bar.finish_and_clear();
+    replay.retry_until(i64::MAX);
     let span_ms = replay.span_ms();
-    if replay.detector.is_none() && replay.sides.len() == 2 {
+    if replay.detector.is_none() && replay.sides.len() == 2 && replay.requests > 0 {
         replay.start_detector(span_ms);
     }
     for s in &mut replay.sides {
@@ -301,43 +337,90 @@ pub(crate) fn run(
     }
     replay.rollout_tally.close_minute();
     let start = replay.start;
+    let first_ms = replay.first.unwrap_or(0);
     let against = match &replay.sides[..] {
         [old, new] => {
             let transition = Limits::check_transition(&old.limits, &new.limits, DEFAULT_GUARD);
-            let (rollout, detector) = (replay.rollout.as_ref(), replay.detector.as_ref());
-            Some(compare(old, new, transition, rollout, detector, start))
+            // Nothing replayed, nothing to judge: no rollout or detector verdict from 0 requests.
+            let ran = replay.requests > 0;
+            let rollout = replay.rollout.as_ref().filter(|_| ran);
+            let detector = replay.detector.as_ref().filter(|_| ran);
+            Some(compare(
+                old, new, transition, rollout, detector, start, first_ms,
+            ))
         }
         _ => None,
     };
+    let gate = match (args.fail_if_newly_denied, &against) {
+        (Some(t), Some(a)) => Some(Gate::judge(
+            t,
+            a.newly_denied_keys,
+            replay.customers.count(),
+            replay.customers.capped,
+        )),
+        _ => None,
+    };
     let report = Report {
-        file: file.display().to_string(),
-        lines: reader.line(),
+        files: replay.files.clone(),
+        lines: logs.lines(),
         requests: replay.requests,
         bad_lines: replay.bad_count,
         bad_shown: std::mem::take(&mut replay.bad),
+        first_ms: replay.first,
         span_ms,
         sides: &replay.sides,
         against: against.as_ref(),
+        customers: replay.customers.count(),
+        clients: args.clients,
+        max_retries: args.max_retries,
+        log_retries_dropped: replay.log_retries_dropped,
+        outside: replay.outside,
+        rates: replay.rates.figures(),
+        window: (args.from, args.to),
+        gate: gate.as_ref(),
         peak_rss_kib: peak_rss_kib(),
     };
     let marks = replay
         .rollout
         .as_ref()
+        .filter(|_| replay.requests > 0)
         .map(|r| rollout_marks(r, start))
         .unwrap_or_default();
-    write_charts(out_dir, &report, &marks, &replay.rollout_tally)?;
-    match format {
+    write_charts(&args.out, &report, &marks, &replay.rollout_tally)?;
+    if let (Some(path), Some(a)) = (&args.newly_denied, &against) {
+        let n = newly::write(path, &replay.sides[0], &replay.sides[1])?;
+        out.line(format!(
+            "newly denied: {n} customers written to {}{}",
+            path.display(),
+            if a.newly_denied_at_least || n < a.newly_denied_keys {
+                " (the keys NEW denied most; the count above is the total)"
+            } else {
+                ""
+            }
+        ));
+    }
+    match args.format {
         OutputFormat::Human => {
             human(&report, out);
-            out.line(format!("charts: {}", out_dir.join("index.html").display()));
+            out.line(format!("charts: {}", args.out.join("index.html").display()));
         }
         OutputFormat::Json => {
             let mut json = report.json();
-            json["out"] = serde_json::Value::String(out_dir.display().to_string());
+            json["out"] = serde_json::Value::String(args.out.display().to_string());
             out.line(crate::to_json(&json));
         }
     }
-    Ok(if replay.bad_count > 0 {
+    let unreadable = logs.unreadable();
+    for name in &unreadable {
+        out.error(format!(
+            "cannot read {name:?} to its end (see its bad lines): the replay above covers only the part read"
+        ));
+    }
+    Ok(if !unreadable.is_empty() {
+        Status::Unusable
+    } else if gate.is_some_and(|g| !g.passed) {
+        Status::Blocked
+    } else if replay.bad_count > 0 {
         Status::Rejected
     } else {
         Status::Ok

@@ -5,19 +5,8 @@
 
 use std::io::BufRead;
 
-/// One request of the log.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Record {
-    /// Milliseconds since the Unix epoch.
-    pub(crate) t_ms: i64,
-    pub(crate) key: String,
-    pub(crate) tier: String,
-    pub(crate) category: String,
-    pub(crate) route: String,
-    pub(crate) status: Option<u16>,
-    pub(crate) bytes: Option<u64>,
-    pub(crate) attempt: u32,
-}
+use super::columns::{Columns, Field};
+use super::record::{from_csv, from_json, Record, Splitter};
 
 /// A line that could not be read.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
@@ -30,32 +19,6 @@ pub(crate) struct BadLine {
 pub(crate) const MAX_LINE: usize = 64 << 10;
 /// The longest key kept; a longer one is a bad line.
 pub(crate) const MAX_KEY: usize = 1024;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Field {
-    Timestamp,
-    Key,
-    Tier,
-    Category,
-    Route,
-    Status,
-    Bytes,
-    Attempt,
-}
-
-fn field(name: &str) -> Option<Field> {
-    Some(match name.trim().to_ascii_lowercase().as_str() {
-        "timestamp" | "time" | "ts" => Field::Timestamp,
-        "key" | "customer" => Field::Key,
-        "tier" => Field::Tier,
-        "category" => Field::Category,
-        "route" | "path" => Field::Route,
-        "status" => Field::Status,
-        "bytes" | "size" => Field::Bytes,
-        "attempt" => Field::Attempt,
-        _ => return None,
-    })
-}
 
 /// The log's shape, told by its first line.
 #[derive(Debug)]
@@ -74,6 +37,21 @@ pub(crate) struct Reader<R> {
     buf: Vec<u8>,
     /// A JSON-lines log's first line, still to be read as a record.
     pending_first: bool,
+    /// A read failed: the input ends there (a failing stream may fail forever).
+    failed: bool,
+    columns: Columns,
+    split: Splitter,
+}
+
+/// Why a log cannot be read at all.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum OpenError {
+    /// The input could not be read (exit status 2).
+    #[error("cannot read: {0}")]
+    Io(std::io::Error),
+    /// Its first line is no header we can use (exit status 1).
+    #[error("{0}")]
+    Header(String),
 }
 
 /// What the reader yields per line.
@@ -85,36 +63,49 @@ pub(crate) enum Next {
 
 impl<R: BufRead> Reader<R> {
     /// Reads the first line: a CSV header naming `timestamp` and `key`, or a JSON object.
-    pub(crate) fn new(mut input: R) -> Result<Reader<R>, String> {
+    pub(crate) fn new(mut input: R, columns: Columns) -> Result<Reader<R>, OpenError> {
         let mut buf = Vec::new();
         let mut line = 0;
         // Skip blank lines before the header.
         loop {
             buf.clear();
-            let n = read_line(&mut input, &mut buf).map_err(|e| format!("cannot read: {e}"))?;
+            let n = read_line(&mut input, &mut buf).map_err(OpenError::Io)?;
             line += 1;
             if n == 0 {
-                return Err("the file is empty: write a header line naming the columns".into());
+                return Err(OpenError::Header(
+                    "the file is empty: write a header line naming the columns".into(),
+                ));
+            }
+            if buf.len() > MAX_LINE {
+                return Err(OpenError::Header(format!(
+                    "line {line}: longer than {MAX_LINE} bytes: not a header naming the columns"
+                )));
             }
             if !String::from_utf8_lossy(&buf).trim().is_empty() {
                 break;
             }
         }
         let first = String::from_utf8_lossy(&buf).trim().to_owned();
+        let mut split = Splitter::default();
         let shape = if first.starts_with('{') {
             Shape::Json
         } else {
-            let cols: Vec<Option<Field>> = split_csv(&first)
-                .map_err(|e| format!("line {line}: header: {e}"))?
+            let cols: Vec<Option<Field>> = split
+                .split(&first)
+                .map_err(|e| OpenError::Header(format!("line {line}: header: {e}")))?
                 .iter()
-                .map(|c| field(c))
+                .map(|c| columns.field(c))
                 .collect();
-            for (need, name) in [(Field::Timestamp, "timestamp"), (Field::Key, "key")] {
+            for need in [Field::Timestamp, Field::Key] {
+                let name = columns.name(need);
                 if !cols.contains(&Some(need)) {
-                    return Err(format!(
-                        "line {line}: the header {first:?} names no {name} column; name the \
-                         columns, e.g. \"timestamp,key,tier,category,route,status,bytes,attempt\""
-                    ));
+                    return Err(OpenError::Header(format!(
+                        "line {line}: the header {:?} names no {name} column; name the \
+                         columns, e.g. \"timestamp,key,tier,category,route,status,bytes,attempt\", \
+                         or map yours with --column {}=NAME",
+                        cut(&first),
+                        columns.name(need)
+                    )));
                 }
             }
             Shape::Csv(cols)
@@ -126,7 +117,16 @@ impl<R: BufRead> Reader<R> {
             line,
             buf,
             pending_first,
+            failed: false,
+            columns,
+            split,
         })
+    }
+
+    /// `true` once a read failed (a truncated gzip stream, an I/O error): the rest of the
+    /// input was not read, so the file is unreadable as a whole.
+    pub(crate) fn failed(&self) -> bool {
+        self.failed
     }
 
     /// The number of the last line read.
@@ -139,6 +139,8 @@ impl<R: BufRead> Reader<R> {
         loop {
             if self.pending_first {
                 self.pending_first = false;
+            } else if self.failed {
+                return Next::End;
             } else {
                 self.buf.clear();
                 match read_line(&mut self.input, &mut self.buf) {
@@ -146,7 +148,8 @@ impl<R: BufRead> Reader<R> {
                     Ok(_) => self.line += 1,
                     Err(e) => {
                         self.line += 1;
-                        return self.bad(format!("cannot read: {e}"));
+                        self.failed = true;
+                        return self.bad(format!("cannot read: {e}; the rest is not read"));
                     }
                 }
             }
@@ -161,8 +164,8 @@ impl<R: BufRead> Reader<R> {
                 continue;
             }
             let parsed = match &self.shape {
-                Shape::Csv(cols) => from_csv(cols, text),
-                Shape::Json => from_json(text),
+                Shape::Csv(cols) => from_csv(&mut self.split, cols, &self.columns, text),
+                Shape::Json => from_json(&self.columns, text),
             };
             return match parsed {
                 Ok(r) => Next::Record(r),
@@ -201,226 +204,9 @@ fn read_line<R: BufRead>(input: &mut R, buf: &mut Vec<u8>) -> std::io::Result<us
     }
 }
 
-/// Splits a CSV line: commas, with `"…"` quoting (`""` for a quote inside).
-fn split_csv(line: &str) -> Result<Vec<String>, String> {
-    let mut out = Vec::new();
-    let mut cur = String::new();
-    let mut chars = line.chars().peekable();
-    let mut quoted = false;
-    while let Some(c) = chars.next() {
-        match (c, quoted) {
-            ('"', false) if cur.is_empty() => quoted = true,
-            ('"', true) if chars.peek() == Some(&'"') => {
-                chars.next();
-                cur.push('"');
-            }
-            ('"', true) => quoted = false,
-            (',', false) => out.push(std::mem::take(&mut cur)),
-            (c, _) => cur.push(c),
-        }
-    }
-    if quoted {
-        return Err("an unclosed quote".into());
-    }
-    out.push(cur);
-    Ok(out)
-}
-
-#[derive(Default)]
-struct Fields {
-    t: Option<i64>,
-    key: Option<String>,
-    tier: String,
-    category: String,
-    route: String,
-    status: Option<u16>,
-    bytes: Option<u64>,
-    attempt: u32,
-}
-
-impl Fields {
-    fn set(&mut self, f: Field, v: &str) -> Result<(), String> {
-        let v = v.trim();
-        match f {
-            Field::Timestamp => self.t = Some(timestamp(v)?),
-            Field::Key => self.key = Some(v.to_owned()),
-            Field::Tier => v.clone_into(&mut self.tier),
-            Field::Category => v.clone_into(&mut self.category),
-            Field::Route => v.clone_into(&mut self.route),
-            Field::Status if v.is_empty() => {}
-            Field::Status => {
-                self.status = Some(
-                    v.parse::<u16>()
-                        .ok()
-                        .filter(|s| (100..=599).contains(s))
-                        .ok_or_else(|| format!("status {:?} is not an HTTP status", cut(v)))?,
-                );
-            }
-            Field::Bytes if v.is_empty() => {}
-            Field::Bytes => {
-                self.bytes = Some(
-                    v.parse()
-                        .map_err(|_| format!("bytes {:?} is not a whole number", cut(v)))?,
-                );
-            }
-            Field::Attempt if v.is_empty() => {}
-            Field::Attempt => {
-                self.attempt = v
-                    .parse()
-                    .map_err(|_| format!("attempt {:?} is not a whole number", cut(v)))?;
-            }
-        }
-        Ok(())
-    }
-
-    fn record(self) -> Result<Record, String> {
-        let t_ms = self.t.ok_or("no timestamp")?;
-        let key = self.key.filter(|k| !k.is_empty()).ok_or("no key")?;
-        if key.len() > MAX_KEY {
-            return Err(format!("the key is longer than {MAX_KEY} bytes"));
-        }
-        Ok(Record {
-            t_ms,
-            key,
-            tier: self.tier,
-            category: self.category,
-            route: self.route,
-            status: self.status,
-            bytes: self.bytes,
-            attempt: self.attempt,
-        })
-    }
-}
-
-fn from_csv(cols: &[Option<Field>], line: &str) -> Result<Record, String> {
-    let cells = split_csv(line)?;
-    if cells.len() != cols.len() {
-        return Err(format!(
-            "{} fields where the header names {}",
-            cells.len(),
-            cols.len()
-        ));
-    }
-    let mut f = Fields::default();
-    for (col, cell) in cols.iter().zip(&cells) {
-        if let Some(col) = col {
-            f.set(*col, cell)?;
-        }
-    }
-    f.record()
-}
-
-fn from_json(line: &str) -> Result<Record, String> {
-    let value: serde_json::Value =
-        serde_json::from_str(line).map_err(|e| format!("not JSON: {e}"))?;
-    let obj = value.as_object().ok_or("not a JSON object")?;
-    let mut f = Fields::default();
-    for (name, v) in obj {
-        let Some(col) = field(name) else { continue };
-        match v {
-            serde_json::Value::String(s) => f.set(col, s)?,
-            serde_json::Value::Number(n) => f.set(col, &n.to_string())?,
-            serde_json::Value::Null => {}
-            other => {
-                return Err(format!(
-                    "{name}: expected a string or a number, got {other}"
-                ))
-            }
-        }
-    }
-    f.record()
-}
-
 /// A value for a message: at most 40 characters of it.
-fn cut(v: &str) -> String {
+pub(crate) fn cut(v: &str) -> String {
     v.chars().take(40).collect()
-}
-
-/// Epoch milliseconds, or an RFC 3339 timestamp (`2026-03-14T08:17:00Z`,
-/// `2026-03-14T08:17:00.250+01:00`).
-pub(crate) fn timestamp(v: &str) -> Result<i64, String> {
-    if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) {
-        return v
-            .parse()
-            .map_err(|_| format!("timestamp {:?} is out of range", cut(v)));
-    }
-    rfc3339(v).ok_or_else(|| {
-        format!(
-            "timestamp {:?} is neither RFC 3339 (2026-03-14T08:17:00Z) nor epoch milliseconds",
-            cut(v)
-        )
-    })
-}
-
-fn rfc3339(v: &str) -> Option<i64> {
-    let b = v.as_bytes();
-    if b.len() < 20 || !v.is_ascii() {
-        return None;
-    }
-    let num = |r: std::ops::Range<usize>| -> Option<i64> {
-        let s = v.get(r)?;
-        s.bytes()
-            .all(|c| c.is_ascii_digit())
-            .then(|| s.parse().ok())?
-    };
-    let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
-    let (h, mi, s) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    let seps = [(4, b'-'), (7, b'-'), (13, b':'), (16, b':')];
-    if seps.iter().any(|&(i, c)| b[i] != c) || !matches!(b[10], b'T' | b't' | b' ') {
-        return None;
-    }
-    if !(1..=12).contains(&mo) || d < 1 || d > days_in_month(y, mo) || h > 23 || mi > 59 || s > 60 {
-        return None;
-    }
-    let mut i = 19;
-    let mut ms = 0;
-    if b.get(i) == Some(&b'.') {
-        let start = i + 1;
-        i = start;
-        while b.get(i).is_some_and(u8::is_ascii_digit) {
-            i += 1;
-        }
-        if i == start {
-            return None;
-        }
-        let frac = &v[start..i.min(start + 3)];
-        ms = frac.parse::<i64>().ok()? * 10_i64.pow(3 - frac.len() as u32);
-    }
-    let offset = match &v[i..] {
-        "Z" | "z" => 0,
-        tz if tz.len() == 6 && (tz.starts_with('+') || tz.starts_with('-')) && &tz[3..4] == ":" => {
-            let oh = num(i + 1..i + 3)?;
-            let om = num(i + 4..i + 6)?;
-            if oh > 23 || om > 59 {
-                return None;
-            }
-            let sign = if tz.starts_with('-') { -1 } else { 1 };
-            sign * (oh * 3600 + om * 60)
-        }
-        _ => return None,
-    };
-    let days = days_from_civil(y, mo, d);
-    Some((days * 86_400 + h * 3600 + mi * 60 + s - offset) * 1000 + ms)
-}
-
-fn days_in_month(y: i64, m: i64) -> i64 {
-    match m {
-        2 if (y % 4 == 0 && y % 100 != 0) || y % 400 == 0 => 29,
-        2 => 28,
-        4 | 6 | 9 | 11 => 30,
-        _ => 31,
-    }
-}
-
-/// Days since 1970-01-01 (Howard Hinnant's algorithm).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
 }
 
 #[cfg(test)]
@@ -428,41 +214,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn timestamps_in_both_forms() {
-        assert_eq!(timestamp("0"), Ok(0));
-        assert_eq!(timestamp("1970-01-01T00:00:00Z"), Ok(0));
-        assert_eq!(timestamp("2026-03-14T08:17:00Z"), Ok(1_773_476_220_000));
-        assert_eq!(
-            timestamp("2026-03-14T09:17:00.25+01:00"),
-            Ok(1_773_476_220_250)
-        );
-        assert_eq!(timestamp("2024-02-29T00:00:00Z"), Ok(1_709_164_800_000));
-        for bad in [
-            "",
-            "yesterday",
-            "2026-02-30T00:00:00Z",
-            "2026-03-14T08:17:00",
-            "-5",
-            "2026-03-14T08:17:00+1:00",
-            "99999999999999999999999",
-        ] {
-            assert!(timestamp(bad).is_err(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn csv_quoting() {
-        assert_eq!(
-            split_csv(r#"a,"b,c","d""e""#),
-            Ok(vec!["a".into(), "b,c".into(), "d\"e".into()])
-        );
-        assert!(split_csv(r#"a,"b"#).is_err());
-    }
-
-    #[test]
     fn bad_lines_carry_their_numbers() {
         let log = "timestamp,key,status\n0,a,200\n\nnope,b,200\n5,,200\n6,c\n7,d,999\n8,e,200\n";
-        let mut r = Reader::new(log.as_bytes()).unwrap_or_else(|e| panic!("{e}")); // test
+        let mut r =
+            Reader::new(log.as_bytes(), Columns::default()).unwrap_or_else(|e| panic!("{e}")); // test
         let mut got = Vec::new();
         loop {
             match r.next_record() {
@@ -476,14 +231,15 @@ mod tests {
 
     #[test]
     fn a_header_without_a_key_is_refused() {
-        let err = Reader::new("timestamp,customer_id\n".as_bytes()).err();
-        assert!(err.is_some_and(|e| e.contains("names no key column")));
+        let err = Reader::new("timestamp,customer_id\n".as_bytes(), Columns::default()).err();
+        assert!(err.is_some_and(|e| e.to_string().contains("names no key column")));
     }
 
     #[test]
     fn json_lines() {
         let log = "{\"timestamp\":\"2026-03-14T08:17:00Z\",\"key\":\"k\",\"attempt\":2}\n{\"key\":3}\n[1]\n";
-        let mut r = Reader::new(log.as_bytes()).unwrap_or_else(|e| panic!("{e}")); // test
+        let mut r =
+            Reader::new(log.as_bytes(), Columns::default()).unwrap_or_else(|e| panic!("{e}")); // test
         assert!(matches!(r.next_record(), Next::Record(rec) if rec.attempt == 2 && rec.key == "k"));
         assert!(
             matches!(r.next_record(), Next::Bad(b) if b.line == 2 && b.message == "no timestamp")
@@ -496,7 +252,8 @@ mod tests {
     fn an_overlong_line_is_bad_and_kept_short() {
         let long = "x".repeat(MAX_LINE * 3);
         let log = format!("timestamp,key\n1,{long}\n2,k\n");
-        let mut r = Reader::new(log.as_bytes()).unwrap_or_else(|e| panic!("{e}")); // test
+        let mut r =
+            Reader::new(log.as_bytes(), Columns::default()).unwrap_or_else(|e| panic!("{e}")); // test
         assert!(matches!(r.next_record(), Next::Bad(b) if b.line == 2));
         assert!(r.buf.capacity() <= 2 * (MAX_LINE + 1));
         assert!(matches!(r.next_record(), Next::Record(rec) if rec.key == "k"));
