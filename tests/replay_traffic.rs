@@ -46,6 +46,16 @@ fn log(n: u64, key: &str) -> String {
 
 fn replay(dir: &TempDir, log: &str, limits: &str, extra: &[&str]) -> common_cli::Run {
     let traffic = dir.write("traffic.csv", log);
+    replay_file(dir, &traffic, limits, extra)
+}
+
+/// [`replay`] of a log already written (gzip, say) at `traffic`.
+fn replay_file(
+    dir: &TempDir,
+    traffic: &std::path::Path,
+    limits: &str,
+    extra: &[&str],
+) -> common_cli::Run {
     let limits = dir.write("limits.toml", limits);
     let mut args = vec![
         "replay".to_owned(),
@@ -241,18 +251,7 @@ fn a_gzip_log_is_read_as_the_plain_one() {
     let bytes = gz.finish().expect("gzip");
     let path = dir.path("traffic.csv.gz");
     std::fs::write(&path, bytes).expect("write");
-    let limits = dir.write("limits.toml", ALSO);
-    let run = tollgate(&[
-        "replay",
-        "--traffic",
-        &path.display().to_string(),
-        "--limits",
-        &limits.display().to_string(),
-        "--out",
-        &dir.path("out").display().to_string(),
-        "--format",
-        "json",
-    ]);
+    let run = replay_file(&dir, &path, ALSO, &["--format", "json"]);
     assert_eq!(run.code, Some(0), "{}", run.stderr);
     let json = run.json();
     assert_eq!(json["requests"], 30, "{json}");
@@ -700,18 +699,7 @@ fn a_truncated_gzip_log_exits_2_after_the_part_read() {
     let bytes = gz.finish().expect("gzip");
     let path = dir.path("cut.csv.gz");
     std::fs::write(&path, &bytes[..bytes.len() / 2]).expect("write");
-    let limits = dir.write("limits.toml", ALSO);
-    let run = tollgate(&[
-        "replay",
-        "--traffic",
-        &path.display().to_string(),
-        "--limits",
-        &limits.display().to_string(),
-        "--out",
-        &dir.path("out").display().to_string(),
-        "--format",
-        "json",
-    ]);
+    let run = replay_file(&dir, &path, ALSO, &["--format", "json"]);
     assert_eq!(run.code, Some(2), "{}", run.stderr);
     assert!(
         run.stderr.contains("cannot read") && run.stderr.contains("to its end"),

@@ -37,7 +37,7 @@ pub struct Cluster {
     dir: PathBuf,
 }
 
-fn skip_or_fail(test: &str, why: &str) -> Option<Arc<Cluster>> {
+fn skip_or_fail<T>(test: &str, why: &str) -> Option<T> {
     if std::env::var_os("TOLLGATE_REDIS_SKIP").is_some_and(|v| v == "1") {
         eprintln!("SKIPPED {test}: {why} (TOLLGATE_REDIS_SKIP=1)");
         return None;
@@ -62,8 +62,13 @@ pub fn shared(test: &str) -> Option<Arc<Cluster>> {
 
 /// A cluster of the test's own.
 pub fn own(test: &str) -> Option<Arc<Cluster>> {
+    own_mut(test).map(Arc::new)
+}
+
+/// A cluster of the test's own, to kill nodes of.
+pub fn own_mut(test: &str) -> Option<Cluster> {
     match Cluster::start() {
-        Ok(c) => Some(Arc::new(c)),
+        Ok(c) => Some(c),
         Err(why) => skip_or_fail(test, &why),
     }
 }
