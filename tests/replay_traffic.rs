@@ -715,3 +715,21 @@ fn a_truncated_gzip_log_exits_2_after_the_part_read() {
     );
     assert_eq!(json["bad_lines"], 1, "{json}");
 }
+
+/// The traffic report's page wraps its long text lines (the report's table is wider than the
+/// page) and scales its chart, as the incidents' page does: nothing cut off at the edge.
+#[test]
+fn the_traffic_index_wraps_long_lines_instead_of_cutting_them() {
+    let dir = TempDir::new();
+    let run = replay(&dir, &log(50, "alice"), ALSO, &[]);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let index = std::fs::read_to_string(dir.path("out").join("index.html")).expect("index.html");
+    let style = index
+        .split("<style>")
+        .nth(1)
+        .and_then(|s| s.split("</style>").next())
+        .unwrap_or_else(|| panic!("no style: {index}"));
+    assert!(style.contains("white-space:pre-wrap"), "{style}");
+    assert!(style.contains("img{max-width:100%"), "{style}");
+    assert!(index.contains("<pre>"), "{index}");
+}

@@ -16,7 +16,7 @@ use std::fmt::Write as _;
 use super::report::clock_label;
 use super::sim::{Bucket, MINUTE};
 
-mod html;
+pub(crate) mod html;
 mod layout;
 
 pub(crate) use html::{write, write_incidents};

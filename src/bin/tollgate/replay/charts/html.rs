@@ -72,7 +72,8 @@ pub(crate) fn html_table(rows: &[Row]) -> String {
 
 /// Long lines wrap everywhere (notes, tables, text blocks) and the charts shrink to the page,
 /// so nothing is cut off at the page's edge.
-const STYLE: &str = "body{font-family:sans-serif;max-width:1000px;margin:2em auto;padding:0 1em}\
+pub(crate) const STYLE: &str =
+    "body{font-family:sans-serif;max-width:1000px;margin:2em auto;padding:0 1em}\
 table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px;text-align:left;\
 vertical-align:top;overflow-wrap:anywhere}th small{font-weight:normal;color:#555}\
 pre{background:#f6f6f6;padding:8px;white-space:pre-wrap;overflow-wrap:anywhere}\

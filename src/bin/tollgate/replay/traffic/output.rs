@@ -455,8 +455,9 @@ pub(super) fn write_charts(
     };
     charts::write(dir, "traffic.svg", &chart.svg())?;
     let mut html = format!(
-        "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>tollgate replay: traffic</title></head>\
-         <body style=\"font-family:sans-serif;max-width:1000px;margin:2em auto\">\n<h1>traffic replay: {}</h1>\n",
+        "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>tollgate replay: traffic</title>\
+         <style>{}</style></head><body>\n<h1>traffic replay: {}</h1>\n",
+        charts::html::STYLE,
         esc(&r.name())
     );
     let mut text = Output::default();
