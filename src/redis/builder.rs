@@ -9,7 +9,8 @@ use super::cache::DenyCache;
 use super::conn::{self, Backend};
 use super::error::BackendError;
 use super::key;
-use super::limit::Limit;
+use super::lease::Leases;
+use super::limit::{Limit, MAX_TAU_US};
 use super::limiter::{Inner, Policy, SharedRateLimiter, Watch};
 use super::script::GcraScript;
 use super::stats::Counters;
@@ -66,6 +67,8 @@ pub struct SharedRateLimiterBuilder {
     deny_cache: usize,
     detector: Option<FaultDetector>,
     tls: TlsConfig,
+    lease: Option<u32>,
+    lease_time: Duration,
 }
 
 impl fmt::Debug for SharedRateLimiterBuilder {
@@ -104,6 +107,8 @@ impl SharedRateLimiterBuilder {
             deny_cache: 4096,
             detector: None,
             tls: TlsConfig::default(),
+            lease: None,
+            lease_time: Duration::from_secs(1),
         }
     }
 
@@ -239,6 +244,65 @@ impl SharedRateLimiterBuilder {
         self
     }
 
+    /// Leases for hot customers: a customer that made at least `2 · max_cells` checks on this
+    /// instance within one [`lease_time`](Self::lease_time) gets up to `max_cells` of its next
+    /// cells reserved in one call, and this instance spends them without a round trip, each
+    /// no earlier than the instant a plain check would allow it and no later than its TAT (an
+    /// unspent cell lapses then: no refund). Off by default; only for one-unit checks of a
+    /// limiter with a single limit (a [`limit`](Self::limit) added turns leases off, as the
+    /// cells of two limits do not fall due together).
+    ///
+    /// Bounds: in every window of length Δ, the customer's admissions over all instances stay
+    /// ≤ burst + rate·Δ + 1, as without leases. What leases cost is under-admission — cells
+    /// reserved by one instance that no check there spent before they lapsed, at most
+    /// `max_cells` per instance per lease — and the answers of a leasing instance: a check
+    /// that waits for a reserved cell is denied with `retry_after` exact on that cell's
+    /// schedule, although another instance may hold earlier cells; `remaining` counts every
+    /// leased cell as spent.
+    ///
+    /// A lease reserves the cells that conform within `lease_time` of the call (at most
+    /// `max_cells`), so a customer at or above its rate gets `min(max_cells, rate ·
+    /// lease_time)` cells per call. Settings out of range (0, or above 2^20) fail at
+    /// [`build`](Self::build).
+    ///
+    /// ```
+    /// # use tollgate::SharedRateLimiter;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let lim = SharedRateLimiter::builder("1000/s".parse()?, "redis://127.0.0.1:6379/")
+    ///     .lease(20)
+    ///     .build()?;
+    /// assert_eq!(lim.stats().leases_taken, 0);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn lease(mut self, max_cells: u32) -> Self {
+        self.lease = Some(max_cells);
+        self
+    }
+
+    /// The lease horizon (default 1 s): a lease reserves only cells that conform within it,
+    /// and hotness is counted per `lease_time`. One second lets a customer at 20 requests per
+    /// second or more fill a lease of 20, yet keeps cells from being reserved far ahead of
+    /// their use. Zero, or above 2^50 µs, fails at [`build`](Self::build).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use tollgate::SharedRateLimiter;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let lim = SharedRateLimiter::builder("1000/s".parse()?, "redis://127.0.0.1:6379/")
+    ///     .lease(50)
+    ///     .lease_time(Duration::from_millis(200))
+    ///     .build()?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn lease_time(mut self, lease_time: Duration) -> Self {
+        self.lease_time = lease_time;
+        self
+    }
+
     /// How many denied keys the local deny cache remembers (default 4096; 0 turns it off).
     pub fn deny_cache(mut self, capacity: usize) -> Self {
         self.deny_cache = capacity;
@@ -317,6 +381,7 @@ impl SharedRateLimiterBuilder {
                 "the deadline must be above zero",
             ));
         }
+        let leases = self.leases()?;
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(BackendError::NoRuntime);
         }
@@ -386,10 +451,35 @@ impl SharedRateLimiterBuilder {
                 cache: DenyCache::new(self.deny_cache),
                 counters: Counters::default(),
                 detector: watch,
+                leases,
             }),
         })
     }
 }
+
+impl SharedRateLimiterBuilder {
+    /// The lease table, if leases are on and can apply (one limit).
+    fn leases(&self) -> Result<Option<Leases>, BackendError> {
+        let Some(max_cells) = self.lease else {
+            return Ok(None);
+        };
+        if !(1..=MAX_LEASE_CELLS).contains(&max_cells) {
+            return Err(BackendError::InvalidSetting(
+                "a lease must hold 1 to 2^20 cells",
+            ));
+        }
+        let horizon = u64::try_from(self.lease_time.as_micros()).unwrap_or(u64::MAX);
+        if !(1..=MAX_TAU_US).contains(&horizon) {
+            return Err(BackendError::InvalidSetting(
+                "the lease time must be 1 µs to 2^50 µs",
+            ));
+        }
+        Ok((self.limits.len() == 1).then(|| Leases::new(max_cells, horizon)))
+    }
+}
+
+/// The most cells one lease may hold (the script's bound).
+const MAX_LEASE_CELLS: u32 = 1 << 20;
 
 /// `q` times `factor` (rate and burst; at least 1): the quota of the cells that bound a
 /// pass-through beyond the quota (`factor − 1` times it). Rounded down, as [`local_quota`]; a

@@ -11,6 +11,7 @@ use super::cache::DenyCache;
 use super::conn::Backend;
 use super::error::BackendError;
 use super::key::{self, MAX_KEY_BYTES};
+use super::lease::Leases;
 use super::limit::Limit;
 use super::script::GcraScript;
 use super::stats::{Counters, SharedStats};
@@ -117,6 +118,8 @@ pub(crate) struct Inner {
     pub(crate) counters: Counters,
     /// The fault detector, if one is attached, with this instance's ceiling cells.
     pub(crate) detector: Option<Watch>,
+    /// Leases for hot customers, if [`lease`](SharedRateLimiterBuilder::lease) turned them on.
+    pub(crate) leases: Option<Leases>,
 }
 
 /// A fault detector watching a shared limiter, and the local cells that bound what it lets
@@ -294,6 +297,9 @@ impl SharedRateLimiter {
             local.set_quota(local_quota(&quota, inner.share));
         }
         inner.cache.clear();
+        if let Some(leases) = &inner.leases {
+            leases.end_all();
+        }
     }
 
     /// The main limit's quota.

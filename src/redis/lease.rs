@@ -1,0 +1,407 @@
+//! Leases for hot customers: one script call reserves a customer's next cells on its GCRA
+//! schedule (`gcra.lua`, code 4), and this instance spends them locally, each no earlier than
+//! the instant it conforms and no later than its TAT.
+//!
+//! Vocabulary as in `gcra.lua`, in µs: `w` the weight of one unit (T), `tau` the tolerance,
+//! `tat0 = max(tat, now)` at the grant. Cell j conforms at `c_j = max(now, tat0 + (j+1)·w −
+//! tau)` and its TAT is `θ_j = tat0 + (j+1)·w`.
+//!
+//! # Why each cell lapses at its TAT
+//!
+//! A plain check admitted at `s` leaves a TAT `θ` with `s + w ≤ θ ≤ s + tau`. Spending a leased
+//! cell at `s ∈ [c_j, θ_j]` keeps `θ_j − tau ≤ s ≤ θ_j`, so in a window `[a, b]` every admitted
+//! cell, leased or not, has its θ in `[a, b + tau]`; θs are `w` apart, so at most
+//! `(b − a + tau)/w + 1 = rate·Δ + burst + 1` of them. A cell spent after its θ would break
+//! that (a lease's cells bunched at its end), so it lapses instead; there is no refund call —
+//! by the time a cell lapses, later cells (other instances') are charged behind it, and
+//! lowering the TAT would let them conform early. The cost is under-admission: at most the
+//! cells of this instance's lease that no check came for before their TATs.
+//!
+//! # Time bases
+//!
+//! With a client clock the script's `now` is this instance's clock: no mapping. On the
+//! server's `TIME` the lease is placed on the local clock with the reading taken before the
+//! call (`sent`) and after the reply (`got`): the server read `now` somewhere in between, so
+//! a cell is spendable from `c_j − now + got` (never early) and lapses at `θ_j − now + sent`
+//! (never late). Each cell's window shrinks by the round trip; clock drift over one lease
+//! (`lease_time + τ`) is not corrected.
+
+use core::hash::BuildHasher;
+use std::collections::hash_map::RandomState;
+
+use crate::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::Mutex;
+
+/// Slots per set: a key maps to one set and takes any slot in it.
+const WAYS: usize = 4;
+/// Sets in the table: 1024 slots, whatever the traffic.
+const SETS: usize = 256;
+
+/// The lease settings and the bounded table of customers this instance has seen lately.
+#[derive(Debug)]
+pub(crate) struct Leases {
+    pub(crate) max_cells: u32,
+    /// The lease horizon, µs: cells are granted while `c_j ≤ now + horizon`.
+    pub(crate) horizon: u64,
+    /// Bumped by every quota change: a lease of an older generation is over.
+    generation: AtomicU64,
+    hasher: RandomState,
+    sets: Vec<Mutex<[Option<Slot>; WAYS]>>,
+}
+
+/// One customer: its check count in the current window, and its lease if it holds one.
+#[derive(Debug)]
+struct Slot {
+    key: Box<[u8]>,
+    /// The last check, local µs (the least recent non-hot slot of a set is replaced first).
+    seen: u64,
+    window: u64,
+    count: u64,
+    /// Proved hot: ≥ 2·max_cells checks in one window (this one or the one before).
+    hot: bool,
+    lease: Option<Lease>,
+}
+
+/// Cells granted in one call, placed on the local clock (µs, signed: the mapping from the
+/// server's clock may move them below 0 on a young monotonic clock).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Lease {
+    generation: u64,
+    w: i64,
+    /// Cell j is spendable from `max(floor, first + j·w)`.
+    floor: i64,
+    first: i64,
+    /// Cell j lapses after `lapse + j·w` (its TAT).
+    lapse: i64,
+    /// The TAT in Redis right after the grant, on the spend base: remaining and reset-after.
+    end: i64,
+    cells: u64,
+    next: u64,
+}
+
+/// What a lease says about a check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Spend {
+    /// Spent one cell; the TAT is `ahead` µs in front of now (for remaining and reset).
+    Allow { ahead: u64, lapsed: u64 },
+    /// The next cell conforms `retry` µs from now.
+    Deny { retry: u64, lapsed: u64 },
+    /// No cell to spend: ask Redis, for a lease if `hot`.
+    Call { hot: bool, lapsed: u64 },
+}
+
+impl Leases {
+    pub(crate) fn new(max_cells: u32, horizon: u64) -> Self {
+        Self {
+            max_cells,
+            horizon,
+            generation: AtomicU64::new(0),
+            hasher: RandomState::new(),
+            sets: (0..SETS)
+                .map(|_| Mutex::new([None, None, None, None]))
+                .collect(),
+        }
+    }
+
+    /// Ends every lease (a quota changed). Relaxed: a check that read the old generation
+    /// races the change as it would race a plain call sent just before it.
+    pub(crate) fn end_all(&self) {
+        self.generation.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a check of `key` at local `t` and spends a leased cell if one is due.
+    pub(crate) fn spend(&self, key: &[u8], t: u64) -> Spend {
+        let generation = self.generation.load(Ordering::Relaxed);
+        let threshold = 2 * u64::from(self.max_cells);
+        let mut set = self.set(key).lock();
+        let (slot, evicted) = find_or_take(&mut set, key, t);
+        if t.saturating_sub(slot.window) >= self.horizon {
+            slot.hot = slot.count >= threshold && t - slot.window < 2 * self.horizon;
+            slot.window = t;
+            slot.count = 0;
+        }
+        slot.seen = t;
+        slot.count += 1;
+        slot.hot |= slot.count >= threshold;
+        let hot = slot.hot;
+        let Some(lease) = &mut slot.lease else {
+            return Spend::Call {
+                hot,
+                lapsed: evicted,
+            };
+        };
+        if lease.generation != generation {
+            let lapsed = lease.cells - lease.next;
+            slot.lease = None;
+            return Spend::Call { hot, lapsed };
+        }
+        let out = lease.spend(to_i64(t));
+        if let Spend::Call { lapsed, .. } = out {
+            slot.lease = None;
+            return Spend::Call { hot, lapsed };
+        }
+        out
+    }
+
+    /// Stores a lease granted for `key` (replacing any left) and spends its first cell if it
+    /// conformed at the script's `now` — decided there, as a plain check is, so the round
+    /// trip cannot make it lapse. `lapsed` counts the cells of a lease it replaced or of an
+    /// evicted slot.
+    pub(crate) fn grant(&self, key: &[u8], mut lease: Lease, t: u64) -> (Spend, u64) {
+        lease.generation = self.generation.load(Ordering::Relaxed);
+        let out = lease.spend_first();
+        let mut set = self.set(key).lock();
+        let (slot, evicted) = find_or_take(&mut set, key, t);
+        let lapsed = evicted + slot.lease.map_or(0, |l| l.cells - l.next);
+        slot.lease = Some(lease);
+        (out, lapsed)
+    }
+
+    fn set(&self, key: &[u8]) -> &Mutex<[Option<Slot>; WAYS]> {
+        // The hash is keyed per process: an attacker cannot aim keys at one set.
+        let h = self.hasher.hash_one(key);
+        &self.sets[(h % SETS as u64) as usize]
+    }
+}
+
+impl Lease {
+    /// A grant of `cells` from `tat0` at the script's `now` (weight `w`, tolerance `tau`),
+    /// placed on the local clock by the readings before (`sent`) and after (`got`) the call,
+    /// or on the script's own `now` with a client clock (`sent = got = now`).
+    pub(crate) fn new(
+        now: u64,
+        tat0: u64,
+        cells: u64,
+        w: u64,
+        tau: u64,
+        sent: u64,
+        got: u64,
+    ) -> Self {
+        let (now, tat0, w, tau) = (to_i64(now), to_i64(tat0), to_i64(w), to_i64(tau));
+        let spend_shift = to_i64(got) - now;
+        let lapse_shift = to_i64(sent) - now;
+        let cells_i = to_i64(cells);
+        Self {
+            generation: 0,
+            w,
+            floor: now + spend_shift,
+            first: tat0 + w - tau + spend_shift,
+            lapse: tat0 + w + lapse_shift,
+            end: tat0 + cells_i * w + spend_shift,
+            cells,
+            next: 0,
+        }
+    }
+
+    fn spend_first(&mut self) -> Spend {
+        if self.first > self.floor {
+            return Spend::Deny {
+                retry: (self.first - self.floor).unsigned_abs(),
+                lapsed: 0,
+            };
+        }
+        self.next = 1;
+        Spend::Allow {
+            ahead: (self.end - self.floor).max(self.w).unsigned_abs(),
+            lapsed: 0,
+        }
+    }
+
+    fn spend(&mut self, t: i64) -> Spend {
+        let mut lapsed = 0;
+        while self.next < self.cells && self.lapse + to_i64(self.next) * self.w < t {
+            self.next += 1;
+            lapsed += 1;
+        }
+        if self.next == self.cells {
+            return Spend::Call { hot: true, lapsed };
+        }
+        let c = self.floor.max(self.first + to_i64(self.next) * self.w);
+        if c > t {
+            return Spend::Deny {
+                retry: (c - t).unsigned_abs(),
+                lapsed,
+            };
+        }
+        self.next += 1;
+        Spend::Allow {
+            ahead: (self.end - t).max(self.w).unsigned_abs(),
+            lapsed,
+        }
+    }
+}
+
+/// The slot of `key` in its set, or a fresh one in place of an empty slot, else the least
+/// recently seen slot that is not hot, else the least recently seen; with the cells of a
+/// lease the replaced slot held (they lapse).
+fn find_or_take<'a>(set: &'a mut [Option<Slot>; WAYS], key: &[u8], t: u64) -> (&'a mut Slot, u64) {
+    let found = set
+        .iter()
+        .position(|s| s.as_ref().is_some_and(|s| &*s.key == key));
+    let i = found.unwrap_or_else(|| {
+        set.iter()
+            .enumerate()
+            .min_by_key(|(_, s)| s.as_ref().map(|s| (s.hot, s.seen)))
+            .map_or(0, |(i, _)| i)
+    });
+    let mut lapsed = 0;
+    if found.is_none() {
+        lapsed = set[i]
+            .as_ref()
+            .and_then(|s| s.lease)
+            .map_or(0, |l| l.cells - l.next);
+        set[i] = Some(Slot::new(key, t));
+    }
+    (set[i].get_or_insert_with(|| Slot::new(key, t)), lapsed)
+}
+
+impl Slot {
+    fn new(key: &[u8], t: u64) -> Self {
+        Self {
+            key: key.into(),
+            seen: t,
+            window: t,
+            count: 0,
+            hot: false,
+            lease: None,
+        }
+    }
+}
+
+/// µs values stay below 2^63 (the script's range is 2^53; a local monotonic clock in µs
+/// reaches 2^63 after 292 000 years).
+fn to_i64(x: u64) -> i64 {
+    i64::try_from(x).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lease(now: u64, tat0: u64, cells: u64) -> Lease {
+        // w = 1 ms, τ = 200 ms, client clock.
+        Lease::new(now, tat0, cells, 1000, 200_000, now, now)
+    }
+
+    #[test]
+    fn cells_are_spent_on_schedule_never_early() {
+        let l = Leases::new(2, 1_000_000);
+        // Bucket full at now = 0: every cell conforms at once.
+        let (first, _) = l.grant(b"k", lease(0, 0, 2), 0);
+        assert!(matches!(first, Spend::Allow { .. }));
+        assert!(matches!(l.spend(b"k", 0), Spend::Allow { .. }));
+        assert!(matches!(l.spend(b"k", 0), Spend::Call { lapsed: 0, .. }));
+        // TAT 300 ms ahead of now = 0: cell 0 conforms at 101 ms, cell 1 at 102 ms.
+        let (first, _) = l.grant(b"k", lease(0, 300_000, 2), 0);
+        assert_eq!(
+            first,
+            Spend::Deny {
+                retry: 101_000,
+                lapsed: 0
+            }
+        );
+        assert_eq!(
+            l.spend(b"k", 100_999),
+            Spend::Deny {
+                retry: 1,
+                lapsed: 0
+            }
+        );
+        assert!(matches!(l.spend(b"k", 101_000), Spend::Allow { .. }));
+        assert_eq!(
+            l.spend(b"k", 101_500),
+            Spend::Deny {
+                retry: 500,
+                lapsed: 0
+            }
+        );
+    }
+
+    #[test]
+    fn a_cell_lapses_after_its_tat() {
+        let l = Leases::new(3, 1_000_000);
+        let (first, _) = l.grant(b"k", lease(0, 0, 3), 0);
+        assert!(matches!(first, Spend::Allow { .. }));
+        // θ_1 = 2 ms, θ_2 = 3 ms: at 2.5 ms cell 1 has lapsed, cell 2 is spent.
+        assert_eq!(
+            l.spend(b"k", 2_500),
+            Spend::Allow {
+                ahead: 1000,
+                lapsed: 1
+            }
+        );
+    }
+
+    #[test]
+    fn a_quota_change_ends_leases() {
+        let l = Leases::new(3, 1_000_000);
+        l.grant(b"k", lease(0, 0, 3), 0);
+        l.end_all();
+        assert!(matches!(l.spend(b"k", 0), Spend::Call { lapsed: 2, .. }));
+    }
+
+    #[test]
+    fn hotness_takes_two_leases_worth_of_checks_in_one_horizon() {
+        let l = Leases::new(5, 1_000_000);
+        for i in 0..9 {
+            assert_eq!(
+                l.spend(b"k", i),
+                Spend::Call {
+                    hot: false,
+                    lapsed: 0
+                }
+            );
+        }
+        assert_eq!(
+            l.spend(b"k", 9),
+            Spend::Call {
+                hot: true,
+                lapsed: 0
+            }
+        );
+        // Still hot in the next window; cold after a quiet one.
+        assert_eq!(
+            l.spend(b"k", 1_000_009),
+            Spend::Call {
+                hot: true,
+                lapsed: 0
+            }
+        );
+        assert_eq!(
+            l.spend(b"k", 3_000_000),
+            Spend::Call {
+                hot: false,
+                lapsed: 0
+            }
+        );
+    }
+
+    #[test]
+    fn the_table_is_bounded_and_keeps_hot_keys() {
+        let l = Leases::new(1, 1_000_000);
+        l.spend(b"hot", 0);
+        assert_eq!(
+            l.spend(b"hot", 1),
+            Spend::Call {
+                hot: true,
+                lapsed: 0
+            }
+        );
+        for i in 0..100_000u64 {
+            l.spend(&i.to_le_bytes(), 2);
+        }
+        let slots: usize = l
+            .sets
+            .iter()
+            .map(|s| s.lock().iter().flatten().count())
+            .sum();
+        assert_eq!(slots, SETS * WAYS);
+        assert_eq!(
+            l.spend(b"hot", 3),
+            Spend::Call {
+                hot: true,
+                lapsed: 0
+            }
+        );
+    }
+}
