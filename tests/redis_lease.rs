@@ -183,8 +183,8 @@ fn a_cold_customer_gets_the_exact_verdicts_of_a_limiter_without_leases() {
 }
 
 /// A limiter whose customer "k" is hot and holds a fresh lease at a full bucket: 2·cells
-/// checks made it hot (allowed, one call each), the next took the lease and spent its first
-/// cell.
+/// checks at one instant made it hot (allowed, one call each; a lease time of 10 ms needs no
+/// more than rate·10 ms = 10), the last of them took the lease and spent its first cell.
 fn hot_with_lease(r: &Redis, clock: &ManualClock, cells: u32) -> SharedRateLimiter {
     let quota: Quota = "1000/s;burst=200".parse().unwrap();
     let lim = limiter(
@@ -192,12 +192,10 @@ fn hot_with_lease(r: &Redis, clock: &ManualClock, cells: u32) -> SharedRateLimit
         &prefix("lease_rest"),
         quota,
         clock,
-        Some((cells, Duration::from_secs(1))),
+        Some((cells, Duration::from_millis(10))),
     );
-    // Spaced by T: the bucket stays full.
     for _ in 0..2 * cells {
         assert!(allowed(&check(&lim, "k")));
-        clock.advance(Duration::from_millis(1));
     }
     assert_eq!(lim.stats().leases_taken, 1);
     assert_eq!(lim.stats().round_trips, u64::from(2 * cells));
@@ -296,5 +294,91 @@ proptest! {
         }
         let excess = worst_window_excess(&times, burst, t_us);
         prop_assert!(excess <= 1, "a window admitted burst + rate·Δ + {}", excess);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Under-admission, measured against an exact GCRA on the merged schedule
+
+/// The exact GCRA in µs: allowed iff max(tat, now) + T − now ≤ τ.
+struct Oracle {
+    tat: u64,
+    t: u64,
+    tau: u64,
+}
+
+impl Oracle {
+    fn check(&mut self, now: u64) -> bool {
+        let next = self.tat.max(now) + self.t;
+        let ok = next - now <= self.tau;
+        if ok {
+            self.tat = next;
+        }
+        ok
+    }
+}
+
+/// Random gaps (a fixed LCG: the same schedule every run) with mean `mean_us`, each check sent
+/// to instance 0 with probability `share0`; (admitted with leases, admitted by the oracle).
+fn under_admission(r: &Redis, mean_us: u64, share0: f64, cells: u32) -> (u64, u64, u64) {
+    let clock = ManualClock::at(Duration::from_secs(1_000));
+    let quota: Quota = "1000/s;burst=200".parse().unwrap();
+    let p = prefix("lease_under");
+    let lease = Some((cells, Duration::from_secs(1)));
+    let lims = [
+        limiter(r, &p, quota, &clock, lease),
+        limiter(r, &p, quota, &clock, lease),
+    ];
+    let mut oracle = Oracle {
+        tat: 0,
+        t: 1000,
+        tau: 200_000,
+    };
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut rnd = || {
+        x = x
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (x >> 11) as f64 / (1u64 << 53) as f64
+    };
+    let (mut got, mut want) = (0, 0);
+    let start = clock.nanos() / 1000;
+    // 4 simulated seconds.
+    while clock.nanos() / 1000 - start < 4_000_000 {
+        let gap = (rnd() * 2.0 * mean_us as f64) as u64;
+        clock.advance(Duration::from_micros(gap));
+        let i = usize::from(rnd() >= share0);
+        got += u64::from(allowed(&check(&lims[i], "c")));
+        want += u64::from(oracle.check(clock.nanos() / 1000));
+    }
+    let (s0, s1) = (lims[0].stats(), lims[1].stats());
+    let calls = s0.round_trips + s1.round_trips;
+    eprintln!(
+        "  leases {}, cells leased {}, lapsed {}, round trips {calls}",
+        s0.leases_taken + s1.leases_taken,
+        s0.cells_leased + s1.cells_leased,
+        s0.cells_lapsed + s1.cells_lapsed
+    );
+    (got, want, s0.cells_lapsed + s1.cells_lapsed)
+}
+
+#[test]
+fn under_admission_stays_within_n_leases_per_lease_time() {
+    let Some(r) = shared("lease_under") else {
+        return;
+    };
+    let cells = 20;
+    // (mean gap µs, share of instance 0): 2× the rate split evenly, 1.25× the rate split
+    // 80/20 (instance 1 below the rate: cold there), 1.1× split evenly (both cold).
+    for (mean, share0) in [(500, 0.5), (800, 0.8), (900, 0.5), (100, 0.5)] {
+        let (got, want, lapsed) = under_admission(&r, mean, share0, cells);
+        eprintln!(
+            "mean gap {mean} µs, share {share0}: admitted {got}, exact GCRA {want}, \
+             under-admission {} ({:.2} %), cells lapsed {lapsed}",
+            want as i64 - got as i64,
+            100.0 * (want as f64 - got as f64) / want as f64
+        );
+        // 2 instances, 4 lease times (+1 for a lease taken at the start).
+        assert!(got + 2 * u64::from(cells) * 5 >= want, "{got} of {want}");
     }
 }

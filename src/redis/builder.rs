@@ -244,9 +244,9 @@ impl SharedRateLimiterBuilder {
         self
     }
 
-    /// Leases for hot customers: a customer that made at least `2 · max_cells` checks on this
-    /// instance within one [`lease_time`](Self::lease_time) gets up to `max_cells` of its next
-    /// cells reserved in one call, and this instance spends them without a round trip, each
+    /// Leases for hot customers: a customer that made at least `max(2 · max_cells, rate ·
+    /// lease_time)` checks on this instance within one [`lease_time`](Self::lease_time) (or
+    /// the one before) gets up to `max_cells` of its next cells reserved in one call, and this instance spends them without a round trip, each
     /// no earlier than the instant a plain check would allow it and no later than its TAT (an
     /// unspent cell lapses then: no refund). Off by default; only for one-unit checks of a
     /// limiter with a single limit (a [`limit`](Self::limit) added turns leases off, as the
@@ -262,7 +262,9 @@ impl SharedRateLimiterBuilder {
     ///
     /// A lease reserves the cells that conform within `lease_time` of the call (at most
     /// `max_cells`), so a customer at or above its rate gets `min(max_cells, rate ·
-    /// lease_time)` cells per call. Settings out of range (0, or above 2^20) fail at
+    /// lease_time)` cells per call. Hotness asks for the customer's rate on this instance
+    /// because a lease's cells fall due at that rate: an instance with fewer checks would let
+    /// most cells lapse, where one call per check admits them all. Settings out of range (0, or above 2^20) fail at
     /// [`build`](Self::build).
     ///
     /// ```

@@ -50,7 +50,7 @@ impl SharedRateLimiter {
         let mut lease = None;
         if let Some(leases) = leases {
             let c = &inner.counters;
-            match leases.spend(key, local_now) {
+            match leases.spend(key, local_now, args[0].0) {
                 Spend::Allow { ahead, lapsed } => {
                     bump(&c.cells_lapsed, lapsed);
                     bump(&c.leased_allowed, 1);

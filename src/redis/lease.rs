@@ -109,10 +109,16 @@ impl Leases {
         self.generation.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Counts a check of `key` at local `t` and spends a leased cell if one is due.
-    pub(crate) fn spend(&self, key: &[u8], t: u64) -> Spend {
+    /// Counts a check of `key` at local `t` and spends a leased cell if one is due; `w` is
+    /// the weight of one unit (T, µs).
+    ///
+    /// Hot means at least `max(2·max_cells, rate·horizon)` checks here within one horizon:
+    /// a lease's cells fall due at the customer's rate (their TATs are `w` apart), so an
+    /// instance that sees its checks slower than the rate would let most of them lapse —
+    /// charged, never admitted — where one call per check admits them all.
+    pub(crate) fn spend(&self, key: &[u8], t: u64, w: u64) -> Spend {
         let generation = self.generation.load(Ordering::Relaxed);
-        let threshold = 2 * u64::from(self.max_cells);
+        let threshold = (2 * u64::from(self.max_cells)).max(self.horizon / w.max(1));
         let mut set = self.set(key).lock();
         let (slot, evicted) = find_or_take(&mut set, key, t);
         if t.saturating_sub(slot.window) >= self.horizon {
@@ -278,6 +284,13 @@ fn to_i64(x: u64) -> i64 {
 mod tests {
     use super::*;
 
+    impl Leases {
+        /// A check of a quota slow enough that hotness is `2·max_cells` checks.
+        fn spend_w(&self, key: &[u8], t: u64) -> Spend {
+            self.spend(key, t, self.horizon)
+        }
+    }
+
     fn lease(now: u64, tat0: u64, cells: u64) -> Lease {
         // w = 1 ms, τ = 200 ms, client clock.
         Lease::new(now, tat0, cells, 1000, 200_000, now, now)
@@ -289,8 +302,8 @@ mod tests {
         // Bucket full at now = 0: every cell conforms at once.
         let (first, _) = l.grant(b"k", lease(0, 0, 2), 0);
         assert!(matches!(first, Spend::Allow { .. }));
-        assert!(matches!(l.spend(b"k", 0), Spend::Allow { .. }));
-        assert!(matches!(l.spend(b"k", 0), Spend::Call { lapsed: 0, .. }));
+        assert!(matches!(l.spend_w(b"k", 0), Spend::Allow { .. }));
+        assert!(matches!(l.spend_w(b"k", 0), Spend::Call { lapsed: 0, .. }));
         // TAT 300 ms ahead of now = 0: cell 0 conforms at 101 ms, cell 1 at 102 ms.
         let (first, _) = l.grant(b"k", lease(0, 300_000, 2), 0);
         assert_eq!(
@@ -301,15 +314,15 @@ mod tests {
             }
         );
         assert_eq!(
-            l.spend(b"k", 100_999),
+            l.spend_w(b"k", 100_999),
             Spend::Deny {
                 retry: 1,
                 lapsed: 0
             }
         );
-        assert!(matches!(l.spend(b"k", 101_000), Spend::Allow { .. }));
+        assert!(matches!(l.spend_w(b"k", 101_000), Spend::Allow { .. }));
         assert_eq!(
-            l.spend(b"k", 101_500),
+            l.spend_w(b"k", 101_500),
             Spend::Deny {
                 retry: 500,
                 lapsed: 0
@@ -324,7 +337,7 @@ mod tests {
         assert!(matches!(first, Spend::Allow { .. }));
         // θ_1 = 2 ms, θ_2 = 3 ms: at 2.5 ms cell 1 has lapsed, cell 2 is spent.
         assert_eq!(
-            l.spend(b"k", 2_500),
+            l.spend_w(b"k", 2_500),
             Spend::Allow {
                 ahead: 1000,
                 lapsed: 1
@@ -337,7 +350,7 @@ mod tests {
         let l = Leases::new(3, 1_000_000);
         l.grant(b"k", lease(0, 0, 3), 0);
         l.end_all();
-        assert!(matches!(l.spend(b"k", 0), Spend::Call { lapsed: 2, .. }));
+        assert!(matches!(l.spend_w(b"k", 0), Spend::Call { lapsed: 2, .. }));
     }
 
     #[test]
@@ -345,7 +358,7 @@ mod tests {
         let l = Leases::new(5, 1_000_000);
         for i in 0..9 {
             assert_eq!(
-                l.spend(b"k", i),
+                l.spend_w(b"k", i),
                 Spend::Call {
                     hot: false,
                     lapsed: 0
@@ -353,7 +366,7 @@ mod tests {
             );
         }
         assert_eq!(
-            l.spend(b"k", 9),
+            l.spend_w(b"k", 9),
             Spend::Call {
                 hot: true,
                 lapsed: 0
@@ -361,14 +374,14 @@ mod tests {
         );
         // Still hot in the next window; cold after a quiet one.
         assert_eq!(
-            l.spend(b"k", 1_000_009),
+            l.spend_w(b"k", 1_000_009),
             Spend::Call {
                 hot: true,
                 lapsed: 0
             }
         );
         assert_eq!(
-            l.spend(b"k", 3_000_000),
+            l.spend_w(b"k", 3_000_000),
             Spend::Call {
                 hot: false,
                 lapsed: 0
@@ -377,18 +390,40 @@ mod tests {
     }
 
     #[test]
+    fn hotness_needs_the_customers_rate_on_this_instance() {
+        // w = 1 ms, horizon 1 s: 1000 checks in one second, not 2·max_cells = 10.
+        let l = Leases::new(5, 1_000_000);
+        for i in 0..999 {
+            assert_eq!(
+                l.spend(b"k", i, 1000),
+                Spend::Call {
+                    hot: false,
+                    lapsed: 0
+                }
+            );
+        }
+        assert_eq!(
+            l.spend(b"k", 999, 1000),
+            Spend::Call {
+                hot: true,
+                lapsed: 0
+            }
+        );
+    }
+
+    #[test]
     fn the_table_is_bounded_and_keeps_hot_keys() {
         let l = Leases::new(1, 1_000_000);
-        l.spend(b"hot", 0);
+        l.spend_w(b"hot", 0);
         assert_eq!(
-            l.spend(b"hot", 1),
+            l.spend_w(b"hot", 1),
             Spend::Call {
                 hot: true,
                 lapsed: 0
             }
         );
         for i in 0..100_000u64 {
-            l.spend(&i.to_le_bytes(), 2);
+            l.spend_w(&i.to_le_bytes(), 2);
         }
         let slots: usize = l
             .sets
@@ -397,7 +432,7 @@ mod tests {
             .sum();
         assert_eq!(slots, SETS * WAYS);
         assert_eq!(
-            l.spend(b"hot", 3),
+            l.spend_w(b"hot", 3),
             Spend::Call {
                 hot: true,
                 lapsed: 0
