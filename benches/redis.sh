@@ -59,4 +59,11 @@ for tasks in 1 64; do
   echo "tasks=$tasks median ratio: $(printf '%s\n' "${ratios[@]}" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')"
 done
 "$BIN" "$URL" 64 "$CHECKS" cached | sed 's/^/cached denials: /'
+# One hot customer at 10000/s;burst=1000, every task on it: without leases, then lease(20).
+for mode in hot hot-lease; do
+  for round in $(seq "$ROUNDS"); do
+    redis-cli -p "$REDIS_PORT" FLUSHALL >/dev/null
+    "$BIN" "$URL" 64 "$CHECKS" "$mode" | sed "s/^/$mode round=$round: /"
+  done
+done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -36,6 +36,8 @@ use crate::sync::Mutex;
 const WAYS: usize = 4;
 /// Sets in the table: 1024 slots, whatever the traffic.
 const SETS: usize = 256;
+/// Leases one customer may hold here at once (taken by concurrent checks).
+const QUEUED: usize = 4;
 
 /// The lease settings and the bounded table of customers this instance has seen lately.
 #[derive(Debug)]
@@ -59,7 +61,8 @@ struct Slot {
     count: u64,
     /// Proved hot: ≥ 2·max_cells checks in one window (this one or the one before).
     hot: bool,
-    lease: Option<Lease>,
+    /// Its leases, in the order of their cells (at most [`QUEUED`]).
+    leases: Vec<Lease>,
 }
 
 /// Cells granted in one call, placed on the local clock (µs, signed: the mapping from the
@@ -130,36 +133,55 @@ impl Leases {
         slot.count += 1;
         slot.hot |= slot.count >= threshold;
         let hot = slot.hot;
-        let Some(lease) = &mut slot.lease else {
-            return Spend::Call {
-                hot,
-                lapsed: evicted,
+        let mut lapsed = evicted;
+        while let Some(lease) = slot.leases.first_mut() {
+            let out = if lease.generation == generation {
+                lease.spend(to_i64(t))
+            } else {
+                Spend::Call {
+                    hot,
+                    lapsed: lease.left(),
+                }
             };
-        };
-        if lease.generation != generation {
-            let lapsed = lease.cells - lease.next;
-            slot.lease = None;
-            return Spend::Call { hot, lapsed };
+            match out {
+                Spend::Allow { ahead, lapsed: l } => {
+                    return Spend::Allow {
+                        ahead,
+                        lapsed: lapsed + l,
+                    }
+                }
+                Spend::Deny { retry, lapsed: l } => {
+                    return Spend::Deny {
+                        retry,
+                        lapsed: lapsed + l,
+                    }
+                }
+                Spend::Call { lapsed: l, .. } => {
+                    lapsed += l;
+                    slot.leases.remove(0);
+                }
+            }
         }
-        let out = lease.spend(to_i64(t));
-        if let Spend::Call { lapsed, .. } = out {
-            slot.lease = None;
-            return Spend::Call { hot, lapsed };
-        }
-        out
+        Spend::Call { hot, lapsed }
     }
 
-    /// Stores a lease granted for `key` (replacing any left) and spends its first cell if it
-    /// conformed at the script's `now` — decided there, as a plain check is, so the round
-    /// trip cannot make it lapse. `lapsed` counts the cells of a lease it replaced or of an
-    /// evicted slot.
+    /// Stores a lease granted for `key` and spends its first cell if it conformed at the
+    /// script's `now` — decided there, as a plain check is, so the round trip cannot make it
+    /// lapse. Concurrent checks of one key may each take a lease: they queue, in the order of
+    /// their cells (Redis serialises the grants, so one lease's cells all follow another's),
+    /// at most [`QUEUED`] of them. `lapsed` counts the cells of a lease dropped beyond that or
+    /// of an evicted slot.
     pub(crate) fn grant(&self, key: &[u8], mut lease: Lease, t: u64) -> (Spend, u64) {
         lease.generation = self.generation.load(Ordering::Relaxed);
         let out = lease.spend_first();
         let mut set = self.set(key).lock();
-        let (slot, evicted) = find_or_take(&mut set, key, t);
-        let lapsed = evicted + slot.lease.map_or(0, |l| l.cells - l.next);
-        slot.lease = Some(lease);
+        let (slot, mut lapsed) = find_or_take(&mut set, key, t);
+        let at = slot.leases.partition_point(|l| l.first <= lease.first);
+        slot.leases.insert(at, lease);
+        if slot.leases.len() > QUEUED {
+            // The latest cells go: the earlier ones fall due first.
+            lapsed += slot.leases.pop().map_or(0, |l| l.left());
+        }
         (out, lapsed)
     }
 
@@ -197,6 +219,11 @@ impl Lease {
             cells,
             next: 0,
         }
+    }
+
+    /// Cells not spent yet.
+    fn left(&self) -> u64 {
+        self.cells - self.next
     }
 
     fn spend_first(&mut self) -> Spend {
@@ -254,8 +281,7 @@ fn find_or_take<'a>(set: &'a mut [Option<Slot>; WAYS], key: &[u8], t: u64) -> (&
     if found.is_none() {
         lapsed = set[i]
             .as_ref()
-            .and_then(|s| s.lease)
-            .map_or(0, |l| l.cells - l.next);
+            .map_or(0, |s| s.leases.iter().map(Lease::left).sum());
         set[i] = Some(Slot::new(key, t));
     }
     (set[i].get_or_insert_with(|| Slot::new(key, t)), lapsed)
@@ -269,7 +295,7 @@ impl Slot {
             window: t,
             count: 0,
             hot: false,
-            lease: None,
+            leases: Vec::new(),
         }
     }
 }
@@ -343,6 +369,34 @@ mod tests {
                 lapsed: 1
             }
         );
+    }
+
+    #[test]
+    fn concurrent_leases_queue_in_the_order_of_their_cells() {
+        let l = Leases::new(2, 1_000_000);
+        // Two calls raced: the one with the later cells (from TAT 2 ms) answered first.
+        let (later, _) = l.grant(b"k", lease(0, 2_000, 2), 0);
+        let (earlier, _) = l.grant(b"k", lease(0, 0, 2), 0);
+        assert!(matches!(
+            (later, earlier),
+            (Spend::Allow { .. }, Spend::Allow { .. })
+        ));
+        // Left: cell 1 of each, θ 2 ms then 4 ms.
+        assert_eq!(
+            l.spend_w(b"k", 0),
+            Spend::Allow {
+                ahead: 2_000,
+                lapsed: 0
+            }
+        );
+        assert_eq!(
+            l.spend_w(b"k", 0),
+            Spend::Allow {
+                ahead: 4_000,
+                lapsed: 0
+            }
+        );
+        assert!(matches!(l.spend_w(b"k", 0), Spend::Call { lapsed: 0, .. }));
     }
 
     #[test]
