@@ -213,7 +213,10 @@ fn a_quota_change_ends_every_lease() {
     assert_eq!(lim.stats().round_trips, 20, "spent from the lease");
     lim.set_quota("10/s;burst=5".parse().unwrap());
     let before = lim.stats();
-    check(&lim, "k");
+    assert!(
+        allowed(&check(&lim, "k")),
+        "the fill level kept: 29 ms of 200 is 72.5 ms of 500"
+    );
     let after = lim.stats();
     assert_eq!(after.round_trips, before.round_trips + 1, "the lease ended");
     // 10 leased, the first and one more spent: 8 lapse.
@@ -381,4 +384,47 @@ fn under_admission_stays_within_n_leases_per_lease_time() {
         // 2 instances, 4 lease times (+1 for a lease taken at the start).
         assert!(got + 2 * u64::from(cells) * 5 >= want, "{got} of {want}");
     }
+}
+
+#[test]
+fn leases_on_the_servers_clock_stay_within_the_bound() {
+    let Some(r) = shared("lease_server_time") else {
+        return;
+    };
+    let _guard = rt().enter();
+    let p = prefix("lease_server_time");
+    let build = || {
+        SharedRateLimiter::builder("1000/s;burst=50".parse().unwrap(), &r.url)
+            .prefix(&p)
+            .deadline(Duration::from_secs(5))
+            .lease(20)
+            .build()
+            .unwrap()
+    };
+    let (a, b) = (build(), build());
+    let started = std::time::Instant::now();
+    let mut admitted = 0u64;
+    let mut checks = 0u64;
+    // Real time on a real server: half a second of checks as fast as they go.
+    while started.elapsed() < Duration::from_millis(500) {
+        let lim = if checks % 2 == 0 { &a } else { &b };
+        admitted += u64::from(allowed(&check(lim, "hot")));
+        checks += 1;
+    }
+    let elapsed_us = started.elapsed().as_micros() as u64;
+    let (sa, sb) = (a.stats(), b.stats());
+    let bound = 50 + elapsed_us / 1000;
+    eprintln!(
+        "server clock: {checks} checks, admitted {admitted} of {bound}, {} round trips, \
+         {} leases, {} cells lapsed",
+        sa.round_trips + sb.round_trips,
+        sa.leases_taken + sb.leases_taken,
+        sa.cells_lapsed + sb.cells_lapsed
+    );
+    assert!(
+        admitted <= bound + 1,
+        "admitted {admitted} over {bound} + 1"
+    );
+    assert!(sa.leases_taken + sb.leases_taken > 0, "no lease taken");
+    assert!(admitted * 10 >= bound * 8, "admitted {admitted} of {bound}");
 }

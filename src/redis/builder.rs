@@ -9,8 +9,7 @@ use super::cache::DenyCache;
 use super::conn::{self, Backend};
 use super::error::BackendError;
 use super::key;
-use super::lease::Leases;
-use super::limit::{Limit, MAX_TAU_US};
+use super::limit::Limit;
 use super::limiter::{Inner, Policy, SharedRateLimiter, Watch};
 use super::script::GcraScript;
 use super::stats::Counters;
@@ -56,7 +55,7 @@ pub struct SharedRateLimiterBuilder {
     url: String,
     seeds: Vec<String>,
     prefix: String,
-    limits: Vec<(String, Quota)>,
+    pub(super) limits: Vec<(String, Quota)>,
     clock: Option<Clock>,
     deadline: Duration,
     min_ttl: Option<Duration>,
@@ -67,8 +66,8 @@ pub struct SharedRateLimiterBuilder {
     deny_cache: usize,
     detector: Option<FaultDetector>,
     tls: TlsConfig,
-    lease: Option<u32>,
-    lease_time: Duration,
+    pub(super) lease: Option<u32>,
+    pub(super) lease_time: Duration,
 }
 
 impl fmt::Debug for SharedRateLimiterBuilder {
@@ -244,67 +243,6 @@ impl SharedRateLimiterBuilder {
         self
     }
 
-    /// Leases for hot customers: a customer that made at least `max(2 · max_cells, rate ·
-    /// lease_time)` checks on this instance within one [`lease_time`](Self::lease_time) (or
-    /// the one before) gets up to `max_cells` of its next cells reserved in one call, and this instance spends them without a round trip, each
-    /// no earlier than the instant a plain check would allow it and no later than its TAT (an
-    /// unspent cell lapses then: no refund). Off by default; only for one-unit checks of a
-    /// limiter with a single limit (a [`limit`](Self::limit) added turns leases off, as the
-    /// cells of two limits do not fall due together).
-    ///
-    /// Bounds: in every window of length Δ, the customer's admissions over all instances stay
-    /// ≤ burst + rate·Δ + 1, as without leases. What leases cost is under-admission — cells
-    /// reserved by one instance that no check there spent before they lapsed, at most
-    /// `max_cells` per instance per lease — and the answers of a leasing instance: a check
-    /// that waits for a reserved cell is denied with `retry_after` exact on that cell's
-    /// schedule, although another instance may hold earlier cells; `remaining` counts every
-    /// leased cell as spent.
-    ///
-    /// A lease reserves the cells that conform within `lease_time` of the call (at most
-    /// `max_cells`), so a customer at or above its rate gets `min(max_cells, rate ·
-    /// lease_time)` cells per call. Hotness asks for the customer's rate on this instance
-    /// because a lease's cells fall due at that rate: an instance with fewer checks would let
-    /// most cells lapse, where one call per check admits them all. Settings out of range (0, or above 2^20) fail at
-    /// [`build`](Self::build).
-    ///
-    /// ```
-    /// # use tollgate::SharedRateLimiter;
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let lim = SharedRateLimiter::builder("1000/s".parse()?, "redis://127.0.0.1:6379/")
-    ///     .lease(20)
-    ///     .build()?;
-    /// assert_eq!(lim.stats().leases_taken, 0);
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn lease(mut self, max_cells: u32) -> Self {
-        self.lease = Some(max_cells);
-        self
-    }
-
-    /// The lease horizon (default 1 s): a lease reserves only cells that conform within it,
-    /// and hotness is counted per `lease_time`. One second lets a customer at 20 requests per
-    /// second or more fill a lease of 20, yet keeps cells from being reserved far ahead of
-    /// their use. Zero, or above 2^50 µs, fails at [`build`](Self::build).
-    ///
-    /// ```
-    /// # use std::time::Duration;
-    /// # use tollgate::SharedRateLimiter;
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let lim = SharedRateLimiter::builder("1000/s".parse()?, "redis://127.0.0.1:6379/")
-    ///     .lease(50)
-    ///     .lease_time(Duration::from_millis(200))
-    ///     .build()?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn lease_time(mut self, lease_time: Duration) -> Self {
-        self.lease_time = lease_time;
-        self
-    }
-
     /// How many denied keys the local deny cache remembers (default 4096; 0 turns it off).
     pub fn deny_cache(mut self, capacity: usize) -> Self {
         self.deny_cache = capacity;
@@ -458,30 +396,6 @@ impl SharedRateLimiterBuilder {
         })
     }
 }
-
-impl SharedRateLimiterBuilder {
-    /// The lease table, if leases are on and can apply (one limit).
-    fn leases(&self) -> Result<Option<Leases>, BackendError> {
-        let Some(max_cells) = self.lease else {
-            return Ok(None);
-        };
-        if !(1..=MAX_LEASE_CELLS).contains(&max_cells) {
-            return Err(BackendError::InvalidSetting(
-                "a lease must hold 1 to 2^20 cells",
-            ));
-        }
-        let horizon = u64::try_from(self.lease_time.as_micros()).unwrap_or(u64::MAX);
-        if !(1..=MAX_TAU_US).contains(&horizon) {
-            return Err(BackendError::InvalidSetting(
-                "the lease time must be 1 µs to 2^50 µs",
-            ));
-        }
-        Ok((self.limits.len() == 1).then(|| Leases::new(max_cells, horizon)))
-    }
-}
-
-/// The most cells one lease may hold (the script's bound).
-const MAX_LEASE_CELLS: u32 = 1 << 20;
 
 /// `q` times `factor` (rate and burst; at least 1): the quota of the cells that bound a
 /// pass-through beyond the quota (`factor − 1` times it). Rounded down, as [`local_quota`]; a

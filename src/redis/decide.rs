@@ -11,7 +11,7 @@ use super::builder::FailurePolicy;
 use super::conn::{self, Con};
 use super::error::BackendError;
 use super::key::{self, MAX_KEY_BYTES};
-use super::lease::{Lease, Spend};
+use super::lease::{Lease, Leases, Spend};
 use super::limit::{Limit, MAX_NOW_US};
 use super::limiter::SharedRateLimiter;
 use super::script::{Call, Reply};
@@ -67,6 +67,11 @@ impl SharedRateLimiter {
                 }
             }
         }
+        // Every way out of this check, the call sent or not (the deny cache, the breaker, a
+        // dropped future), lets the next check of the key ask for a lease.
+        let _settle = leases
+            .filter(|_| lease.is_some())
+            .map(|leases| Settle { leases, key });
         if n > 0 {
             let ws: Vec<u64> = args.iter().map(|a| a.0).collect();
             if let Some(retry) = inner.cache.lookup(key, &ws, local_now) {
@@ -384,6 +389,18 @@ fn fault<'a>(c: &'a Counters, e: &RedisError) -> &'a AtomicU64 {
         &c.refused
     } else {
         &c.errors
+    }
+}
+
+/// Marks the lease call of `key` answered when dropped.
+struct Settle<'a> {
+    leases: &'a Leases,
+    key: &'a [u8],
+}
+
+impl Drop for Settle<'_> {
+    fn drop(&mut self) {
+        self.leases.settle(self.key);
     }
 }
 

@@ -27,8 +27,12 @@
 //! (`lease_time + τ`) is not corrected.
 
 use core::hash::BuildHasher;
+use core::time::Duration;
 use std::collections::hash_map::RandomState;
 
+use super::builder::SharedRateLimiterBuilder;
+use super::error::BackendError;
+use super::limit::MAX_TAU_US;
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::Mutex;
 
@@ -63,6 +67,8 @@ struct Slot {
     hot: bool,
     /// Its leases, in the order of their cells (at most [`QUEUED`]).
     leases: Vec<Lease>,
+    /// When the lease call in flight was sent (local µs), if one is.
+    pending: Option<u64>,
 }
 
 /// Cells granted in one call, placed on the local clock (µs, signed: the mapping from the
@@ -162,7 +168,26 @@ impl Leases {
                 }
             }
         }
-        Spend::Call { hot, lapsed }
+        // One lease call per customer at a time: concurrent checks that found no cell would
+        // each reserve a lease, most of them beyond what this instance spends before the
+        // cells lapse. The others make a plain call (a denial then fills the deny cache). A
+        // call never settled (a panic, a dropped future) stops counting after one horizon.
+        let in_flight = slot
+            .pending
+            .is_some_and(|p| t.saturating_sub(p) < self.horizon);
+        let lease = hot && !in_flight;
+        if lease {
+            slot.pending = Some(t);
+        }
+        Spend::Call { hot: lease, lapsed }
+    }
+
+    /// The lease call for `key` has been answered (or failed): the next check may send one.
+    pub(crate) fn settle(&self, key: &[u8]) {
+        let mut set = self.set(key).lock();
+        if let Some(slot) = set.iter_mut().flatten().find(|s| &*s.key == key) {
+            slot.pending = None;
+        }
     }
 
     /// Stores a lease granted for `key` and spends its first cell if it conformed at the
@@ -296,6 +321,7 @@ impl Slot {
             count: 0,
             hot: false,
             leases: Vec::new(),
+            pending: None,
         }
     }
 }
@@ -306,191 +332,103 @@ fn to_i64(x: u64) -> i64 {
     i64::try_from(x).unwrap_or(i64::MAX)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// The lease settings.
+impl SharedRateLimiterBuilder {
+    /// Leases for hot customers (off by default): a customer that made at least
+    /// `max(2 · max_cells, rate · lease_time)` checks on this instance within one
+    /// [`lease_time`](Self::lease_time) (or the one before) gets up to `max_cells` of its next
+    /// cells reserved in one call — its TAT in Redis advanced by their weight, so they are
+    /// charged up front — and this instance spends them with no round trip, each no earlier
+    /// than the instant a plain check would allow it and no later than its TAT. An unspent
+    /// cell lapses then; there is no refund call (later cells, other instances', are charged
+    /// behind it: lowering the TAT would let them conform early). A cold customer keeps one
+    /// call per check with exact verdicts.
+    ///
+    /// * **Grant.** The cells that conform within `lease_time` of the call, at most
+    ///   `max_cells`: a customer at or above its rate gets `min(max_cells, rate · lease_time)`
+    ///   cells per call. None conforms that soon: a plain denial, exact retry-after.
+    /// * **Bounds.** In every window of length Δ the customer's admissions over all instances
+    ///   stay ≤ burst + rate·Δ + 1, as without leases. The cost is under-admission: cells one
+    ///   instance reserved and no check there spent before their TATs. Hotness asks for the
+    ///   customer's rate on this instance because a lease's cells fall due at that rate; an
+    ///   instance with fewer checks would let most of them lapse.
+    /// * **Answers.** A check waiting for a reserved cell is denied with `retry_after` exact on
+    ///   that cell's schedule, although another instance may hold earlier cells; `remaining`
+    ///   counts every leased cell as spent.
+    /// * **Scope.** One-unit checks of a limiter with one limit: a [`limit`](Self::limit)
+    ///   added turns leases off (the cells of two limits do not fall due together), a cost
+    ///   other than 1 and [`peek_key`](crate::SharedRateLimiter::peek_key) make a plain call, and
+    ///   [`set_quota`](crate::SharedRateLimiter::set_quota) ends every lease of this instance. A
+    ///   lease call is a normal call for the deadline, the breaker, the failure policy and
+    ///   the cluster routing.
+    /// * **Fleet.** Every instance sharing a prefix must use the same `lease_time`: the script
+    ///   lets a TAT run `lease_time` past `now + τ` only for a caller that says so, and one
+    ///   with a shorter horizon cuts the reservation back (letting its cells be admitted
+    ///   twice). A quota change must reach every instance: one that has not heard of it
+    ///   spends its lease on.
+    ///
+    /// `max_cells` of 0 or above 2^20 fails at [`build`](Self::build).
+    ///
+    /// ```
+    /// # use tollgate::SharedRateLimiter;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let lim = SharedRateLimiter::builder("1000/s".parse()?, "redis://127.0.0.1:6379/")
+    ///     .lease(20)
+    ///     .build()?;
+    /// assert_eq!(lim.stats().leases_taken, 0);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn lease(mut self, max_cells: u32) -> Self {
+        self.lease = Some(max_cells);
+        self
+    }
 
-    impl Leases {
-        /// A check of a quota slow enough that hotness is `2·max_cells` checks.
-        fn spend_w(&self, key: &[u8], t: u64) -> Spend {
-            self.spend(key, t, self.horizon)
+    /// The lease horizon (default 1 s): a lease reserves only cells that conform within it,
+    /// and hotness is counted per `lease_time`. One second lets a customer at 20 requests per
+    /// second or more fill a lease of 20, yet keeps cells from being reserved far ahead of
+    /// their use. Zero, or above 2^50 µs, fails at [`build`](Self::build).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use tollgate::SharedRateLimiter;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let lim = SharedRateLimiter::builder("1000/s".parse()?, "redis://127.0.0.1:6379/")
+    ///     .lease(50)
+    ///     .lease_time(Duration::from_millis(200))
+    ///     .build()?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn lease_time(mut self, lease_time: Duration) -> Self {
+        self.lease_time = lease_time;
+        self
+    }
+
+    /// The lease table, if leases are on and can apply (one limit).
+    pub(super) fn leases(&self) -> Result<Option<Leases>, BackendError> {
+        let Some(max_cells) = self.lease else {
+            return Ok(None);
+        };
+        if !(1..=MAX_LEASE_CELLS).contains(&max_cells) {
+            return Err(BackendError::InvalidSetting(
+                "a lease must hold 1 to 2^20 cells",
+            ));
         }
-    }
-
-    fn lease(now: u64, tat0: u64, cells: u64) -> Lease {
-        // w = 1 ms, τ = 200 ms, client clock.
-        Lease::new(now, tat0, cells, 1000, 200_000, now, now)
-    }
-
-    #[test]
-    fn cells_are_spent_on_schedule_never_early() {
-        let l = Leases::new(2, 1_000_000);
-        // Bucket full at now = 0: every cell conforms at once.
-        let (first, _) = l.grant(b"k", lease(0, 0, 2), 0);
-        assert!(matches!(first, Spend::Allow { .. }));
-        assert!(matches!(l.spend_w(b"k", 0), Spend::Allow { .. }));
-        assert!(matches!(l.spend_w(b"k", 0), Spend::Call { lapsed: 0, .. }));
-        // TAT 300 ms ahead of now = 0: cell 0 conforms at 101 ms, cell 1 at 102 ms.
-        let (first, _) = l.grant(b"k", lease(0, 300_000, 2), 0);
-        assert_eq!(
-            first,
-            Spend::Deny {
-                retry: 101_000,
-                lapsed: 0
-            }
-        );
-        assert_eq!(
-            l.spend_w(b"k", 100_999),
-            Spend::Deny {
-                retry: 1,
-                lapsed: 0
-            }
-        );
-        assert!(matches!(l.spend_w(b"k", 101_000), Spend::Allow { .. }));
-        assert_eq!(
-            l.spend_w(b"k", 101_500),
-            Spend::Deny {
-                retry: 500,
-                lapsed: 0
-            }
-        );
-    }
-
-    #[test]
-    fn a_cell_lapses_after_its_tat() {
-        let l = Leases::new(3, 1_000_000);
-        let (first, _) = l.grant(b"k", lease(0, 0, 3), 0);
-        assert!(matches!(first, Spend::Allow { .. }));
-        // θ_1 = 2 ms, θ_2 = 3 ms: at 2.5 ms cell 1 has lapsed, cell 2 is spent.
-        assert_eq!(
-            l.spend_w(b"k", 2_500),
-            Spend::Allow {
-                ahead: 1000,
-                lapsed: 1
-            }
-        );
-    }
-
-    #[test]
-    fn concurrent_leases_queue_in_the_order_of_their_cells() {
-        let l = Leases::new(2, 1_000_000);
-        // Two calls raced: the one with the later cells (from TAT 2 ms) answered first.
-        let (later, _) = l.grant(b"k", lease(0, 2_000, 2), 0);
-        let (earlier, _) = l.grant(b"k", lease(0, 0, 2), 0);
-        assert!(matches!(
-            (later, earlier),
-            (Spend::Allow { .. }, Spend::Allow { .. })
-        ));
-        // Left: cell 1 of each, θ 2 ms then 4 ms.
-        assert_eq!(
-            l.spend_w(b"k", 0),
-            Spend::Allow {
-                ahead: 2_000,
-                lapsed: 0
-            }
-        );
-        assert_eq!(
-            l.spend_w(b"k", 0),
-            Spend::Allow {
-                ahead: 4_000,
-                lapsed: 0
-            }
-        );
-        assert!(matches!(l.spend_w(b"k", 0), Spend::Call { lapsed: 0, .. }));
-    }
-
-    #[test]
-    fn a_quota_change_ends_leases() {
-        let l = Leases::new(3, 1_000_000);
-        l.grant(b"k", lease(0, 0, 3), 0);
-        l.end_all();
-        assert!(matches!(l.spend_w(b"k", 0), Spend::Call { lapsed: 2, .. }));
-    }
-
-    #[test]
-    fn hotness_takes_two_leases_worth_of_checks_in_one_horizon() {
-        let l = Leases::new(5, 1_000_000);
-        for i in 0..9 {
-            assert_eq!(
-                l.spend_w(b"k", i),
-                Spend::Call {
-                    hot: false,
-                    lapsed: 0
-                }
-            );
+        let horizon = u64::try_from(self.lease_time.as_micros()).unwrap_or(u64::MAX);
+        if !(1..=MAX_TAU_US).contains(&horizon) {
+            return Err(BackendError::InvalidSetting(
+                "the lease time must be 1 µs to 2^50 µs",
+            ));
         }
-        assert_eq!(
-            l.spend_w(b"k", 9),
-            Spend::Call {
-                hot: true,
-                lapsed: 0
-            }
-        );
-        // Still hot in the next window; cold after a quiet one.
-        assert_eq!(
-            l.spend_w(b"k", 1_000_009),
-            Spend::Call {
-                hot: true,
-                lapsed: 0
-            }
-        );
-        assert_eq!(
-            l.spend_w(b"k", 3_000_000),
-            Spend::Call {
-                hot: false,
-                lapsed: 0
-            }
-        );
-    }
-
-    #[test]
-    fn hotness_needs_the_customers_rate_on_this_instance() {
-        // w = 1 ms, horizon 1 s: 1000 checks in one second, not 2·max_cells = 10.
-        let l = Leases::new(5, 1_000_000);
-        for i in 0..999 {
-            assert_eq!(
-                l.spend(b"k", i, 1000),
-                Spend::Call {
-                    hot: false,
-                    lapsed: 0
-                }
-            );
-        }
-        assert_eq!(
-            l.spend(b"k", 999, 1000),
-            Spend::Call {
-                hot: true,
-                lapsed: 0
-            }
-        );
-    }
-
-    #[test]
-    fn the_table_is_bounded_and_keeps_hot_keys() {
-        let l = Leases::new(1, 1_000_000);
-        l.spend_w(b"hot", 0);
-        assert_eq!(
-            l.spend_w(b"hot", 1),
-            Spend::Call {
-                hot: true,
-                lapsed: 0
-            }
-        );
-        for i in 0..100_000u64 {
-            l.spend_w(&i.to_le_bytes(), 2);
-        }
-        let slots: usize = l
-            .sets
-            .iter()
-            .map(|s| s.lock().iter().flatten().count())
-            .sum();
-        assert_eq!(slots, SETS * WAYS);
-        assert_eq!(
-            l.spend_w(b"hot", 3),
-            Spend::Call {
-                hot: true,
-                lapsed: 0
-            }
-        );
+        Ok((self.limits.len() == 1).then(|| Leases::new(max_cells, horizon)))
     }
 }
+
+/// The most cells one lease may hold (the script's bound).
+const MAX_LEASE_CELLS: u32 = 1 << 20;
+
+#[cfg(test)]
+mod tests;

@@ -63,6 +63,9 @@ use crate::sync::RwLock;
 /// `tat' = now + ⌈min(tat − now, τ_old)·τ_new/τ_old⌉`, and writes that back even if it denies
 /// (once per key per change). Otherwise only an allow writes, with a `PX` TTL of `tat − now`.
 ///
+/// With [`lease`](SharedRateLimiterBuilder::lease), a hot customer's checks are mostly
+/// answered from cells reserved in one call (see there for the rules and the bounds).
+///
 /// Keys are `prefix:policy:{customer}`: every limit of one customer hashes to one cluster
 /// slot, so [`limit`](SharedRateLimiterBuilder::limit)s added to the main one are checked in
 /// the same call, all or nothing.
@@ -473,6 +476,7 @@ impl fmt::Debug for SharedRateLimiter {
             .field("cluster_renewals", &inner.backend.renewals())
             .field("breakers_open", &inner.breakers.open_count())
             .field("detector", &inner.detector.is_some())
+            .field("leases", &inner.leases.as_ref().map(|l| l.max_cells))
             .field("stats", &self.stats())
             .finish_non_exhaustive()
     }
