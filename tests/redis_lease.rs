@@ -428,3 +428,55 @@ fn leases_on_the_servers_clock_stay_within_the_bound() {
     assert!(sa.leases_taken + sb.leases_taken > 0, "no lease taken");
     assert!(admitted * 10 >= bound * 8, "admitted {admitted} of {bound}");
 }
+
+/// Exported as `tollgate_redis_leases_total` and `tollgate_redis_lease_cells_total`, and the
+/// checks a lease answered as `tollgate_redis_checks_total{outcome="leased_allowed"}`.
+#[cfg(feature = "metrics")]
+#[test]
+fn leases_are_exported() {
+    let Some(r) = shared("lease_metrics") else {
+        return;
+    };
+    let clock = ManualClock::at(Duration::from_secs(1_000));
+    let lim = std::sync::Arc::new(hot_with_lease(&r, &clock, 10));
+    for _ in 0..3 {
+        assert!(allowed(&check(&lim, "k")));
+    }
+    let registry = tollgate::MetricsRegistry::new();
+    registry.register_shared("shared", &lim).unwrap();
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    metrics::with_local_recorder(&recorder, || registry.publish());
+    let text = handle.render();
+    let value = |series: &str| -> Option<u64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series))
+            .and_then(|v| v.trim().parse().ok())
+    };
+    assert_eq!(
+        value(r#"tollgate_redis_leases_total{limiter="shared"}"#),
+        Some(1),
+        "{text}"
+    );
+    let cells = r#"tollgate_redis_lease_cells_total{limiter="shared",event="leased"}"#;
+    assert_eq!(value(cells), Some(10), "{text}");
+    let spent = r#"tollgate_redis_checks_total{limiter="shared",outcome="leased_allowed"}"#;
+    assert_eq!(value(spent), Some(3), "{text}");
+}
+
+#[test]
+fn lease_settings_out_of_range_are_refused_at_build() {
+    let _guard = rt().enter();
+    let b = || SharedRateLimiter::builder("10/s".parse().unwrap(), "redis://127.0.0.1:1/");
+    for (what, r) in [
+        ("no cell", b().lease(0).build()),
+        ("too many cells", b().lease((1 << 20) + 1).build()),
+        ("no time", b().lease(5).lease_time(Duration::ZERO).build()),
+    ] {
+        assert!(
+            matches!(r, Err(tollgate::BackendError::InvalidSetting(_))),
+            "{what}: {r:?}"
+        );
+    }
+    assert!(b().lease(1 << 20).build().is_ok());
+}
