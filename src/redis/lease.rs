@@ -386,9 +386,11 @@ impl SharedRateLimiterBuilder {
     }
 
     /// The lease horizon (default 1 s): a lease reserves only cells that conform within it,
-    /// and hotness is counted per `lease_time`. One second lets a customer at 20 requests per
-    /// second or more fill a lease of 20, yet keeps cells from being reserved far ahead of
-    /// their use. Zero, or above 2^50 µs, fails at [`build`](Self::build).
+    /// and hotness is counted per `lease_time`. One second lets a customer of 20 requests per
+    /// second or more fill a lease of 20, keeps cells from being reserved more than a second
+    /// ahead of their use, and makes hotness a count over a second (the customer's rate seen
+    /// on this instance). Every instance sharing a prefix must use the same value (see
+    /// [`lease`](Self::lease)). Zero, or above 2^50 µs, fails at [`build`](Self::build).
     ///
     /// ```
     /// # use std::time::Duration;
