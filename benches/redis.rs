@@ -3,10 +3,13 @@
 //! server in the same run and prints the ratio. Not a criterion bench: a network benchmark
 //! measured the way `redis-benchmark` measures (requests per second, latency percentiles).
 //!
-//! Usage: `redis URL TASKS CHECKS [cached]`. Keys are drawn from 100,000 customers (as
-//! `redis-benchmark -r 100000`), quota 100/s per customer (almost every check allowed: one
-//! round trip each). With `cached`, one customer used up and checked over and over: denials
-//! answered from the deny cache, with no round trip.
+//! Usage: `redis URL TASKS CHECKS [cached|hot|hot-lease]`. Keys are drawn from 100,000
+//! customers (as `redis-benchmark -r 100000`), quota 100/s per customer (almost every check
+//! allowed: one round trip each). With `cached`, one customer used up and checked over and
+//! over: denials answered from the deny cache, with no round trip. With `hot`, one customer
+//! at `10000/s;burst=1000` checked by every task as fast as it goes (on the server's clock),
+//! and `hot-lease` the same with `.lease(20)`: the admitted count is printed beside burst +
+//! rate·elapsed, its bound.
 
 use std::time::{Duration, Instant};
 
@@ -21,7 +24,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     // `cargo bench` passes `--bench`: run nothing then (this bench is driven by the script).
     if args.len() < 4 || args.iter().any(|a| a == "--bench") {
-        eprintln!("usage: redis URL TASKS CHECKS [cached]   (run by benches/redis.sh)");
+        eprintln!(
+            "usage: redis URL TASKS CHECKS [cached|hot|hot-lease]   (run by benches/redis.sh)"
+        );
         return Ok(());
     }
     let (url, tasks, checks) = (
@@ -29,18 +34,24 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         args[2].parse::<usize>()?,
         args[3].parse::<usize>()?,
     );
-    let cached = args.get(4).is_some_and(|a| a == "cached");
+    let mode = args.get(4).map_or("", String::as_str);
+    let cached = mode == "cached";
+    let hot = mode.starts_with("hot");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
     rt.block_on(async {
-        let lim = SharedRateLimiter::builder("100/s".parse()?, url)
+        let quota = if hot { "10000/s;burst=1000" } else { "100/s" };
+        let mut b = SharedRateLimiter::builder(quota.parse()?, url)
             .prefix("bench")
             .policy("rb")
             .deadline(Duration::from_secs(1))
-            .deny_cache(if cached { 4096 } else { 0 })
-            .build()?;
+            .deny_cache(if cached || hot { 4096 } else { 0 });
+        if mode == "hot-lease" {
+            b = b.lease(20);
+        }
+        let lim = b.build()?;
         // Connect and load the script before timing.
         if !matches!(lim.peek_key("warm-up").await?, Verdict::Allow(_)) {
             return Err("redis did not decide the warm-up check".into());
@@ -63,7 +74,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                         x ^= x >> 7;
                         x ^= x << 17;
                         buf.clear();
-                        if cached {
+                        if cached || hot {
                             buf.push_str("hot");
                         } else {
                             buf.push_str(&(x % 100_000).to_string());
@@ -97,6 +108,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             s.fallbacks(),
             s.denied_cached,
         );
+        if hot {
+            let admitted = s.allowed + s.leased_allowed;
+            println!(
+                "{mode}: admitted={admitted} bound={:.0} round_trips_per_check={:.4} leases={} \
+                 cells_leased={} cells_lapsed={}",
+                1000.0 + 10_000.0 * elapsed.as_secs_f64(),
+                s.round_trips as f64 / lat.len() as f64,
+                s.leases_taken,
+                s.cells_leased,
+                s.cells_lapsed,
+            );
+        }
         Ok::<_, Box<dyn std::error::Error>>(())
     })?;
     Ok(())

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SharedRateLimiter vs redis-benchmark running the same EVALSHA against the same server, in one
 # run: checks per second and p50/p99 latency with 1 and 64 concurrent tasks (redis-benchmark:
-# clients), and denials answered from the deny cache (no round trip).
+# clients), denials answered from the deny cache (no round trip), and one hot customer
+# (10000/s;burst=1000, 64 tasks on it) without and with lease(20).
 #
 #   benches/redis.sh            # starts its own redis-server on a free port (persistence off)
 #   REDIS_PORT=6390 benches/redis.sh   # or uses a running one
@@ -15,6 +16,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CHECKS=${CHECKS:-50000}
+# The hot-customer rows: long enough that the 10,000 cold checks before a customer is hot
+# (rate · lease_time) are a small part.
+HOT_CHECKS=${HOT_CHECKS:-500000}
 ROUNDS=${ROUNDS:-3}
 
 if [ -z "${REDIS_PORT:-}" ]; then
@@ -59,4 +63,11 @@ for tasks in 1 64; do
   echo "tasks=$tasks median ratio: $(printf '%s\n' "${ratios[@]}" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')"
 done
 "$BIN" "$URL" 64 "$CHECKS" cached | sed 's/^/cached denials: /'
+# One hot customer at 10000/s;burst=1000, every task on it: without leases, then lease(20).
+for mode in hot hot-lease; do
+  for round in $(seq "$ROUNDS"); do
+    redis-cli -p "$REDIS_PORT" FLUSHALL >/dev/null
+    "$BIN" "$URL" 64 "$HOT_CHECKS" "$mode" | sed "s/^/$mode round=$round: /"
+  done
+done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -153,6 +153,14 @@ pub(super) fn describe() {
             REDIS_BREAKER_OPENED,
             "Times the Redis circuit breaker opened"
         );
+        describe_counter!(
+            REDIS_LEASES,
+            "Leases taken for hot customers (script calls that reserved at least one cell)"
+        );
+        describe_counter!(
+            REDIS_LEASE_CELLS,
+            "Leased cells by event: leased (reserved), lapsed (unspent by their TAT, or ended by a quota change)"
+        );
     }
     describe_counter!(
         CHECKS,

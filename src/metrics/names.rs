@@ -36,6 +36,10 @@ pub(crate) const REDIS_CALLS: &str = "tollgate_redis_calls_total";
 pub(crate) const REDIS_BREAKER_OPEN: &str = "tollgate_redis_breaker_open";
 #[cfg(feature = "redis")]
 pub(crate) const REDIS_BREAKER_OPENED: &str = "tollgate_redis_breaker_opened_total";
+#[cfg(feature = "redis")]
+pub(crate) const REDIS_LEASES: &str = "tollgate_redis_leases_total";
+#[cfg(feature = "redis")]
+pub(crate) const REDIS_LEASE_CELLS: &str = "tollgate_redis_lease_cells_total";
 
 /// Every check series: `(outcome, reason, counter index)`. The reasons are
 /// [`DenyReason`](crate::DenyReason)'s and [`PassReason`](crate::PassReason)'s, in snake case.

@@ -419,13 +419,18 @@ impl Entry {
 /// A shared limiter's series (see [`MetricsRegistry::register_shared`]).
 #[cfg(feature = "redis")]
 fn shared(name: &str, lim: &SharedRateLimiter) {
-    use names::{REDIS_BREAKER_OPEN, REDIS_BREAKER_OPENED, REDIS_CALLS, REDIS_CHECKS};
+    use names::{
+        REDIS_BREAKER_OPEN, REDIS_BREAKER_OPENED, REDIS_CALLS, REDIS_CHECKS, REDIS_LEASES,
+        REDIS_LEASE_CELLS,
+    };
     let s = lim.stats();
     for (outcome, v) in [
         ("allowed", s.allowed),
         ("denied", s.denied),
         ("denied_cached", s.denied_cached),
         ("denied_clock_overflow", s.denied_clock_overflow),
+        ("leased_allowed", s.leased_allowed),
+        ("leased_denied", s.leased_denied),
         ("fallback_local_allowed", s.fallback_local_allowed),
         ("fallback_local_denied", s.fallback_local_denied),
         ("fallback_open", s.fallback_open),
@@ -453,5 +458,9 @@ fn shared(name: &str, lim: &SharedRateLimiter) {
         f64::from(u8::from(lim.breaker_open())),
     );
     counter(REDIS_BREAKER_OPENED, labels(name, []), s.breaker_opened);
+    counter(REDIS_LEASES, labels(name, []), s.leases_taken);
+    for (event, v) in [("leased", s.cells_leased), ("lapsed", s.cells_lapsed)] {
+        counter(REDIS_LEASE_CELLS, labels(name, [("event", event)]), v);
+    }
     safety(name, lim.detector(), None);
 }

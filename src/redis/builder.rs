@@ -55,7 +55,7 @@ pub struct SharedRateLimiterBuilder {
     url: String,
     seeds: Vec<String>,
     prefix: String,
-    limits: Vec<(String, Quota)>,
+    pub(super) limits: Vec<(String, Quota)>,
     clock: Option<Clock>,
     deadline: Duration,
     min_ttl: Option<Duration>,
@@ -66,6 +66,8 @@ pub struct SharedRateLimiterBuilder {
     deny_cache: usize,
     detector: Option<FaultDetector>,
     tls: TlsConfig,
+    pub(super) lease: Option<u32>,
+    pub(super) lease_time: Duration,
 }
 
 impl fmt::Debug for SharedRateLimiterBuilder {
@@ -104,6 +106,8 @@ impl SharedRateLimiterBuilder {
             deny_cache: 4096,
             detector: None,
             tls: TlsConfig::default(),
+            lease: None,
+            lease_time: Duration::from_secs(1),
         }
     }
 
@@ -317,6 +321,7 @@ impl SharedRateLimiterBuilder {
                 "the deadline must be above zero",
             ));
         }
+        let leases = self.leases()?;
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(BackendError::NoRuntime);
         }
@@ -386,6 +391,7 @@ impl SharedRateLimiterBuilder {
                 cache: DenyCache::new(self.deny_cache),
                 counters: Counters::default(),
                 detector: watch,
+                leases,
             }),
         })
     }

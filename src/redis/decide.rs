@@ -11,6 +11,7 @@ use super::builder::FailurePolicy;
 use super::conn::{self, Con};
 use super::error::BackendError;
 use super::key::{self, MAX_KEY_BYTES};
+use super::lease::{Lease, Leases, Spend};
 use super::limit::{Limit, MAX_NOW_US};
 use super::limiter::SharedRateLimiter;
 use super::script::{Call, Reply};
@@ -41,6 +42,36 @@ impl SharedRateLimiter {
             args.push((w, l.tau()));
         }
         let local_now = inner.local_clock.now_nanos() / 1000;
+        // A lease applies to one-unit checks of one limit; peeks and costs go to Redis.
+        let leases = inner
+            .leases
+            .as_ref()
+            .filter(|_| n == 1 && charge && limits.len() == 1);
+        let mut lease = None;
+        if let Some(leases) = leases {
+            let c = &inner.counters;
+            match leases.spend(key, local_now, args[0].0) {
+                Spend::Allow { ahead, lapsed } => {
+                    bump(&c.cells_lapsed, lapsed);
+                    bump(&c.leased_allowed, 1);
+                    return Ok(Verdict::Allow(limits[0].allowed(ahead)));
+                }
+                Spend::Deny { retry, lapsed } => {
+                    bump(&c.cells_lapsed, lapsed);
+                    bump(&c.leased_denied, 1);
+                    return Ok(deny_us(retry, DenyReason::Quota));
+                }
+                Spend::Call { hot, lapsed } => {
+                    bump(&c.cells_lapsed, lapsed);
+                    lease = hot.then_some(leases.max_cells);
+                }
+            }
+        }
+        // Every way out of this check, the call sent or not (the deny cache, the breaker, a
+        // dropped future), lets the next check of the key ask for a lease.
+        let _settle = leases
+            .filter(|_| lease.is_some())
+            .map(|leases| Settle { leases, key });
         if n > 0 {
             let ws: Vec<u64> = args.iter().map(|a| a.0).collect();
             if let Some(retry) = inner.cache.lookup(key, &ws, local_now) {
@@ -75,6 +106,8 @@ impl SharedRateLimiter {
             charge,
             min_ttl_ms: inner.min_ttl_ms,
             limits: &args,
+            lease,
+            horizon: inner.leases.as_ref().map_or(0, |l| l.horizon),
         };
         let mut reloaded = false;
         let mut routed = false;
@@ -199,6 +232,15 @@ impl SharedRateLimiter {
                 bump(&inner.counters.denied_clock_overflow, 1);
                 return overflow();
             }
+            Reply::Leased {
+                now,
+                cells,
+                tat0,
+                corrupt,
+            } => {
+                bump(&inner.counters.corrupt_values, corrupt);
+                return self.leased(key, &limits[0], args[0], (now, cells, tat0), local_now);
+            }
             Reply::Decided {
                 conforms,
                 aheads,
@@ -230,6 +272,49 @@ impl SharedRateLimiter {
             }
         }
         deny_us(retry, DenyReason::Quota)
+    }
+
+    /// The verdict of a check that took a lease of `cells` from `tat0` at the script's `now`:
+    /// its first cell if due, else a denial until it is.
+    fn leased(
+        &self,
+        key: &[u8],
+        limit: &Limit,
+        (w, tau): (u64, u64),
+        (now, cells, tat0): (u64, u64, u64),
+        sent: u64,
+    ) -> Verdict {
+        let inner = &*self.inner;
+        let c = &inner.counters;
+        let Some(leases) = &inner.leases else {
+            return deny_us(0, DenyReason::Quota);
+        };
+        // With a client clock the script's `now` is the local clock's reading; on the
+        // server's clock, place it between the readings before and after the call.
+        let (sent, got) = match inner.clock {
+            Some(_) => (now, now),
+            None => (sent, inner.local_clock.now_nanos() / 1000),
+        };
+        let lease = Lease::new(now, tat0, cells, w, tau, sent, got);
+        bump(&c.leases_taken, 1);
+        bump(&c.cells_leased, cells);
+        let (first, lapsed) = leases.grant(key, lease, got);
+        bump(&c.cells_lapsed, lapsed);
+        match first {
+            Spend::Allow { ahead, .. } => {
+                bump(&c.allowed, 1);
+                Verdict::Allow(limit.allowed(ahead))
+            }
+            Spend::Deny { retry, .. } => {
+                bump(&c.denied, 1);
+                deny_us(retry, DenyReason::Quota)
+            }
+            // A grant holds at least one cell, not lapsed at its own call.
+            Spend::Call { .. } => {
+                bump(&c.denied, 1);
+                deny_us(0, DenyReason::Quota)
+            }
+        }
     }
 
     /// The failure policy's verdict, counted.
@@ -304,6 +389,18 @@ fn fault<'a>(c: &'a Counters, e: &RedisError) -> &'a AtomicU64 {
         &c.refused
     } else {
         &c.errors
+    }
+}
+
+/// Marks the lease call of `key` answered when dropped.
+struct Settle<'a> {
+    leases: &'a Leases,
+    key: &'a [u8],
+}
+
+impl Drop for Settle<'_> {
+    fn drop(&mut self) {
+        self.leases.settle(self.key);
     }
 }
 

@@ -4,14 +4,19 @@
 --
 -- KEYS[i]     the cell of limit i (all in one hash slot: the caller uses one hash tag).
 -- ARGV[1]     now in µs (the client's clock), or "" to read the server's TIME.
--- ARGV[2]     "1" to charge the check (write the new TATs on allow), "0" to evaluate only.
+-- ARGV[2]     "1" to charge the check (write the new TATs on allow), "0" to evaluate only,
+--             "L:m:l" to take a lease of at most m cells over a horizon of l µs (one key only;
+--             see the end). "1:l" and "0:l" are "1" and "0" from a limiter whose leases
+--             have the horizon l: leased cells hold a TAT up to now + tau + l, which the
+--             clamp below must keep.
 -- ARGV[3]     the least PX TTL in ms (0 on server time; with a client clock, whose pace need
 --             not be the server's, a floor that keeps keys until the client's time catches up).
 -- ARGV[2i+2]  w_i, ARGV[2i+3] tau_i: integers, 0 <= w_i <= tau_i <= 2^50.
 --
 -- A cell's value is "tat:tau", the TAT and the tolerance it was written under. When the
 -- tolerance changed, the cell first keeps its fill level: tat' = now + ceil(a * tau / tau_old)
--- with a = min(tat - now, tau_old). Then the clamp tat <= now + tau, then the step: allowed iff
+-- with a = min(tat - now, tau_old). Then the clamp tat <= now + tau + l (l = 0 without
+-- leases: it undoes only the TAT a client clock ahead of this one wrote), then the step: allowed iff
 -- max(tat, now) + w - now <= tau for every cell.
 --
 -- Writes: on allow (when charging), each cell of non-zero weight gets its new TAT, with a PX
@@ -30,6 +35,13 @@
 -- 2 (clock out of range: now > 2^52 or not an integer) and 3 (bad arguments); ahead_i =
 -- max(tat_i, now) + w_i - now, from which the caller derives remaining, reset and retry-after;
 -- corrupt counts the cells whose value could not be read (treated as empty and overwritten).
+--
+-- A lease (code 4: {4, now, k, tat0, corrupt}) reserves the next k cells of weight w in one
+-- step, charged up front: with tat0 = max(tat, now) after the rescale and the clamp, cell j
+-- (0-based) conforms at c_j = max(now, tat0 + (j+1)*w - tau), the instant a plain check would
+-- first allow it, and k = min(m, #{j : c_j <= now + l}) = min(m, floor((now + l + tau - tat0)
+-- / w)). The new TAT is tat0 + k*w <= now + l + tau < 2^53. With k = 0 (c_0 > now + l, so a
+-- plain check denies too) the reply is a plain denial (code 1).
 
 local MAX_NOW = 4503599627370496 -- 2^52 µs: 142 years after the Unix epoch
 local MAX_TAU = 1125899906842624 -- 2^50 µs: 35.7 years
@@ -100,9 +112,18 @@ else
   now = tonumber(ARGV[1])
 end
 if not int_in(now, 0, MAX_NOW) then return {2, 0} end
-local charge = ARGV[2] == '1'
 local n = #KEYS
 if #ARGV ~= 3 + 2 * n or not int_in(min_ttl, 0, MAX_TAU) then return {3, now} end
+local charge, lease_max, lease_us = ARGV[2] == '1', nil, 0
+local lm, lu = string.match(ARGV[2], '^L:(%d+):(%d+)$')
+local cm, ch = string.match(ARGV[2], '^([01]):(%d+)$')
+if lm then
+  charge, lease_max, lease_us = true, tonumber(lm), tonumber(lu)
+  if n ~= 1 or not int_in(lease_max, 1, 1048576) then return {3, now} end
+elseif cm then
+  charge, lease_us = cm == '1', tonumber(ch)
+end
+if not int_in(lease_us, 0, MAX_TAU) then return {3, now} end
 
 local cells, conforms, corrupt = {}, true, 0
 for i = 1, n do
@@ -114,12 +135,25 @@ for i = 1, n do
   if stored and tau_old ~= tau and tat > now then
     tat = now + muldiv_ceil(math.min(tat - now, tau_old), tau, tau_old)
   end
-  tat = math.min(tat, now + tau)
+  tat = math.min(tat, now + tau + lease_us)
   local ahead = math.max(tat, now) - now + w
   if ahead > tau then conforms = false end
   -- Write back a rescale, a lowering clamp, or a corrupt value (then `stored` is nil).
   local fix = tat > now and (stored ~= tat or tau_old ~= tau)
   cells[i] = {w = w, tau = tau, tat = tat, ahead = ahead, fix = fix}
+end
+
+if lease_max and cells[1].w > 0 then
+  local c = cells[1]
+  local tat0 = math.max(c.tat, now)
+  local room = now + lease_us + c.tau - tat0 -- > 0: tat0 <= now + tau
+  -- The division rounds to nearest: step back if it rounded up past an integer.
+  local k = math.min(lease_max, math.floor(room / c.w))
+  if k * c.w > room then k = k - 1 end
+  if k >= 1 then
+    store(KEYS[1], tat0 + k * c.w, c.tau, now)
+    return {4, now, k, tat0, corrupt}
+  end
 end
 
 local reply = {conforms and 0 or 1, now}

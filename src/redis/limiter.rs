@@ -11,6 +11,7 @@ use super::cache::DenyCache;
 use super::conn::Backend;
 use super::error::BackendError;
 use super::key::{self, MAX_KEY_BYTES};
+use super::lease::Leases;
 use super::limit::Limit;
 use super::script::GcraScript;
 use super::stats::{Counters, SharedStats};
@@ -61,6 +62,9 @@ use crate::sync::RwLock;
 /// check of a key after a quota change rescales it to keep its fill level,
 /// `tat' = now + ⌈min(tat − now, τ_old)·τ_new/τ_old⌉`, and writes that back even if it denies
 /// (once per key per change). Otherwise only an allow writes, with a `PX` TTL of `tat − now`.
+///
+/// With [`lease`](SharedRateLimiterBuilder::lease), a hot customer's checks are mostly
+/// answered from cells reserved in one call (see there for the rules and the bounds).
 ///
 /// Keys are `prefix:policy:{customer}`: every limit of one customer hashes to one cluster
 /// slot, so [`limit`](SharedRateLimiterBuilder::limit)s added to the main one are checked in
@@ -117,6 +121,8 @@ pub(crate) struct Inner {
     pub(crate) counters: Counters,
     /// The fault detector, if one is attached, with this instance's ceiling cells.
     pub(crate) detector: Option<Watch>,
+    /// Leases for hot customers, if [`lease`](SharedRateLimiterBuilder::lease) turned them on.
+    pub(crate) leases: Option<Leases>,
 }
 
 /// A fault detector watching a shared limiter, and the local cells that bound what it lets
@@ -294,6 +300,9 @@ impl SharedRateLimiter {
             local.set_quota(local_quota(&quota, inner.share));
         }
         inner.cache.clear();
+        if let Some(leases) = &inner.leases {
+            leases.end_all();
+        }
     }
 
     /// The main limit's quota.
@@ -467,6 +476,7 @@ impl fmt::Debug for SharedRateLimiter {
             .field("cluster_renewals", &inner.backend.renewals())
             .field("breakers_open", &inner.breakers.open_count())
             .field("detector", &inner.detector.is_some())
+            .field("leases", &inner.leases.as_ref().map(|l| l.max_cells))
             .field("stats", &self.stats())
             .finish_non_exhaustive()
     }

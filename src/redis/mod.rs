@@ -10,6 +10,7 @@ pub(crate) mod conn;
 pub(crate) mod decide;
 pub(crate) mod error;
 pub(crate) mod key;
+pub(crate) mod lease;
 pub(crate) mod limit;
 pub(crate) mod limiter;
 pub(crate) mod renew;

@@ -21,6 +21,11 @@ pub(crate) struct Call<'a> {
     /// The least PX TTL, in ms.
     pub(crate) min_ttl_ms: u64,
     pub(crate) limits: &'a [(u64, u64)],
+    /// A lease to take instead of a check: at most this many cells.
+    pub(crate) lease: Option<u32>,
+    /// The lease horizon (µs) of a limiter with leases, else 0: what the script lets a TAT
+    /// run ahead of `now + τ`.
+    pub(crate) horizon: u64,
 }
 
 /// What the script answered.
@@ -32,6 +37,13 @@ pub(crate) enum Reply {
         conforms: bool,
         now: u64,
         aheads: Vec<u64>,
+        corrupt: u64,
+    },
+    /// A lease of `cells` ≥ 1 cells taken at `now` µs from `tat0 = max(tat, now)` (code 4).
+    Leased {
+        now: u64,
+        cells: u64,
+        tat0: u64,
         corrupt: u64,
     },
     /// The clock reading was out of range (code 2).
@@ -87,7 +99,12 @@ fn command(name: &str, script: &str, call: &Call<'_>) -> redis::Cmd {
         Some(now) => cmd.arg(now),
         None => cmd.arg(""),
     };
-    cmd.arg(if call.charge { "1" } else { "0" });
+    let charge = if call.charge { "1" } else { "0" };
+    match (call.lease, call.horizon) {
+        (Some(cells), h) => cmd.arg(format!("L:{cells}:{h}")),
+        (None, 0) => cmd.arg(charge),
+        (None, h) => cmd.arg(format!("{charge}:{h}")),
+    };
     cmd.arg(call.min_ttl_ms);
     for &(w, tau) in call.limits {
         cmd.arg(w).arg(tau);
@@ -95,11 +112,18 @@ fn command(name: &str, script: &str, call: &Call<'_>) -> redis::Cmd {
     cmd
 }
 
-/// Reads the script's reply: `{code, now, ahead_1..ahead_n, corrupt}`.
+/// Reads the script's reply: `{code, now, ahead_1..ahead_n, corrupt}`, or a lease's
+/// `{4, now, k, tat0, corrupt}`.
 fn parse(raw: &[i64], n: usize) -> Result<Reply, String> {
     let unsigned = |x: i64| u64::try_from(x).map_err(|_| format!("negative value {x}"));
     match raw {
         [2, ..] => Ok(Reply::ClockOutOfRange),
+        [4, now, cells, tat0, corrupt] if n == 1 && *cells >= 1 => Ok(Reply::Leased {
+            now: unsigned(*now)?,
+            cells: unsigned(*cells)?,
+            tat0: unsigned(*tat0)?,
+            corrupt: unsigned(*corrupt)?,
+        }),
         [code @ (0 | 1), now, rest @ ..] if rest.len() == n + 1 => {
             let aheads = rest[..n]
                 .iter()
@@ -137,5 +161,16 @@ mod tests {
         assert!(parse(&[1, 5, -7, 0], 1).is_err(), "negative");
         assert!(parse(&[3, 5], 1).is_err());
         assert!(parse(&[9, 5, 7, 0], 1).is_err());
+        assert_eq!(
+            parse(&[4, 5, 20, 9, 0], 1),
+            Ok(Reply::Leased {
+                now: 5,
+                cells: 20,
+                tat0: 9,
+                corrupt: 0
+            })
+        );
+        assert!(parse(&[4, 5, 0, 9, 0], 1).is_err(), "an empty lease");
+        assert!(parse(&[4, 5, 20, 9, 0], 2).is_err(), "a lease of two keys");
     }
 }

@@ -66,6 +66,17 @@ pub struct SharedStats {
     pub corrupt_values: u64,
     /// Round trips to Redis (calls sent, whatever their outcome).
     pub round_trips: u64,
+    /// Allowed from a lease, with no round trip.
+    pub leased_allowed: u64,
+    /// Denied from a lease (its next cell conforms later), with no round trip.
+    pub leased_denied: u64,
+    /// Leases taken (script calls that reserved at least one cell).
+    pub leases_taken: u64,
+    /// Cells reserved by those leases.
+    pub cells_leased: u64,
+    /// Leased cells that lapsed unspent: no check came before their TAT, a quota change ended
+    /// the lease, or the customer's slot was reused for another.
+    pub cells_lapsed: u64,
 }
 
 impl SharedStats {
@@ -75,6 +86,8 @@ impl SharedStats {
             + self.denied
             + self.denied_cached
             + self.denied_clock_overflow
+            + self.leased_allowed
+            + self.leased_denied
             + self.fallbacks()
     }
 
@@ -108,6 +121,11 @@ pub(crate) struct Counters {
     pub(crate) script_reloads: AtomicU64,
     pub(crate) corrupt_values: AtomicU64,
     pub(crate) round_trips: AtomicU64,
+    pub(crate) leased_allowed: AtomicU64,
+    pub(crate) leased_denied: AtomicU64,
+    pub(crate) leases_taken: AtomicU64,
+    pub(crate) cells_leased: AtomicU64,
+    pub(crate) cells_lapsed: AtomicU64,
 }
 
 /// Adds `n` to a counter.
@@ -138,6 +156,11 @@ impl Counters {
             script_reloads: r(&self.script_reloads),
             corrupt_values: r(&self.corrupt_values),
             round_trips: r(&self.round_trips),
+            leased_allowed: r(&self.leased_allowed),
+            leased_denied: r(&self.leased_denied),
+            leases_taken: r(&self.leases_taken),
+            cells_leased: r(&self.cells_leased),
+            cells_lapsed: r(&self.cells_lapsed),
         }
     }
 }
