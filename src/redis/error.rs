@@ -280,7 +280,7 @@ mod tests {
         let unknown = io(rustls::Error::InvalidCertificate(
             rustls::CertificateError::UnknownIssuer,
         ));
-        let e = BackendError::misconfiguration(&unknown).unwrap();
+        let e = BackendError::misconfiguration(&unknown).unwrap(); // a test: a panic is its failure
         assert!(
             e.to_string()
                 .starts_with("tls certificate verification failed: "),
@@ -324,7 +324,7 @@ mod tests {
             Some(BackendError::Authentication(_))
         ));
         let noperm = redis::make_extension_error("NOPERM".into(), Some("no".into()));
-        let e = BackendError::misconfiguration(&noperm).unwrap();
+        let e = BackendError::misconfiguration(&noperm).unwrap(); // a test: a panic is its failure
         assert!(
             e.to_string().starts_with("redis permission denied: "),
             "{e}"

@@ -135,9 +135,9 @@ mod tests {
 
     /// Reads a key back: prefix, policy, escaped customer.
     fn split(k: &[u8]) -> (&str, &str, &[u8]) {
-        let open = k.iter().position(|&b| b == b'{').unwrap();
-        let before = core::str::from_utf8(&k[..open - 1]).unwrap(); // without the last ':'
-        let (prefix, policy) = before.rsplit_once(':').unwrap();
+        let open = k.iter().position(|&b| b == b'{').unwrap(); // a test: a panic is its failure
+        let before = core::str::from_utf8(&k[..open - 1]).unwrap(); // without the last ':' (a test: a panic is its failure)
+        let (prefix, policy) = before.rsplit_once(':').unwrap(); // a test: a panic is its failure
         (prefix, policy, &k[open..])
     }
 

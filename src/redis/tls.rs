@@ -205,7 +205,7 @@ mod tests {
     /// do not name exactly one; a TLS client leaves one installed.
     #[test]
     fn a_tls_client_leaves_a_provider_installed() {
-        client("rediss://127.0.0.1:1/", &TlsConfig::default()).unwrap();
+        client("rediss://127.0.0.1:1/", &TlsConfig::default()).unwrap(); // a test: a panic is its failure
         assert!(CryptoProvider::get_default().is_some());
     }
 

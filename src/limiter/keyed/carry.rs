@@ -239,7 +239,7 @@ mod tests {
     use crate::engine::clock::ManualClock;
 
     fn limiter(clock: &ManualClock, quota: &str) -> KeyedRateLimiter<String> {
-        let quota = quota.parse().expect("a valid test quota");
+        let quota = quota.parse().expect("a valid test quota"); // a test: a panic is its failure
         KeyedRateLimiter::builder(quota)
             .clock(clock.clone())
             .build()
@@ -267,7 +267,7 @@ mod tests {
         (0..n)
             .filter(|_| {
                 lim.check_key_carried(from, "alice", Check::cost(1))
-                    .expect("cost 1 fits")
+                    .expect("cost 1 fits") // a test: a panic is its failure
                     .is_permitted()
             })
             .count()
@@ -307,7 +307,7 @@ mod tests {
         let lim = limiter(&clock, "10/s");
         assert!(lim.check_key("alice").is_permitted());
         let fp = |k: &str| lim.fingerprinter.fingerprint(k);
-        let found = lim.fill_lock_free(fp("alice")).expect("settled");
+        let found = lim.fill_lock_free(fp("alice")).expect("settled"); // a test: a panic is its failure
         assert!(found.is_some_and(|(tat, _)| tat > clock.nanos()));
         assert_eq!(lim.fill_lock_free(fp("bob")), Some(None), "absent");
 
@@ -352,10 +352,10 @@ mod tests {
     fn a_key_carried_with_a_debt_into_a_full_table_is_not_refused_by_admission() {
         let clock = ManualClock::new();
         let old = limiter(&clock, "10/s");
-        let new = KeyedRateLimiter::<String>::builder("10/s".parse().expect("a valid quota"))
+        let new = KeyedRateLimiter::<String>::builder("10/s".parse().expect("a valid quota")) // a test: a panic is its failure
             .clock(clock.clone())
             .max_keys(4)
-            .overflow_quota("1/h".parse().expect("a valid quota"))
+            .overflow_quota("1/h".parse().expect("a valid quota")) // a test: a panic is its failure
             .build();
         for k in ["a", "b", "c", "d"] {
             assert!(new.check_key(k).is_permitted());

@@ -251,20 +251,20 @@ mod tests {
     #[test]
     fn sizes_honour_the_budget() {
         for bytes in [0, MIN_BYTES, 100_000, 1 << 20, 3 << 20] {
-            let s = Sketch::new(bytes).expect("small enough to allocate");
+            let s = Sketch::new(bytes).expect("small enough to allocate"); // a test: a panic is its failure
             assert!(s.bytes() <= bytes.max(MIN_BYTES), "{bytes}: {}", s.bytes());
             assert!(
                 s.bytes() >= bytes.max(MIN_BYTES) * 99 / 100,
                 "{bytes}: {s:?}"
             );
         }
-        let s = Sketch::new(1 << 20).expect("1 MiB");
+        let s = Sketch::new(1 << 20).expect("1 MiB"); // a test: a panic is its failure
         assert_eq!((s.bytes(), s.period()), (1 << 20, 393_216));
     }
 
     #[test]
     fn a_second_sighting_is_counted() {
-        let mut s = Sketch::new(1 << 20).expect("1 MiB");
+        let mut s = Sketch::new(1 << 20).expect("1 MiB"); // a test: a panic is its failure
         assert_eq!(s.estimate(fp(1)), 0);
         assert_eq!(s.record(fp(1)), 1);
         assert_eq!(s.record(fp(1)), 2);
@@ -283,11 +283,11 @@ mod tests {
 
     #[test]
     fn the_doorkeeper_remembers_a_whole_period_and_forgets_after_two() {
-        let mut s = Sketch::new(MIN_BYTES).expect("4 KiB");
+        let mut s = Sketch::new(MIN_BYTES).expect("4 KiB"); // a test: a panic is its failure
         let period = s.period();
         // Whenever in its generation a key is sighted, a period later it is remembered.
         for lead in [0, 1, period / 2, period - 1] {
-            let mut s = Sketch::new(MIN_BYTES).expect("4 KiB");
+            let mut s = Sketch::new(MIN_BYTES).expect("4 KiB"); // a test: a panic is its failure
             for i in 0..lead {
                 s.record(fp(1_000_000 + i));
             }
@@ -310,7 +310,7 @@ mod tests {
 
     #[test]
     fn counts_are_halved_as_the_generations_turn() {
-        let mut s = Sketch::new(MIN_BYTES).expect("4 KiB");
+        let mut s = Sketch::new(MIN_BYTES).expect("4 KiB"); // a test: a panic is its failure
         for _ in 0..9 {
             s.record(fp(5));
         }
@@ -334,7 +334,7 @@ mod tests {
     fn one_off_keys_rarely_pass_for_recurring_ones() {
         // A flood of distinct keys, each sighted once, for five periods: the share estimated at
         // 2 or more on their only sighting is the doorkeeper's false-positive rate.
-        let mut s = Sketch::new(1 << 20).expect("1 MiB");
+        let mut s = Sketch::new(1 << 20).expect("1 MiB"); // a test: a panic is its failure
         let n = 5 * s.period();
         let passed = (0..n).filter(|&i| s.record(fp(i)) >= 2).count() as f64;
         let rate = passed / n as f64;

@@ -223,7 +223,7 @@ fn concurrent_reports_of_every_generation_keep_the_state_machine() {
             .collect();
         handles
             .into_iter()
-            .flat_map(|h| h.join().unwrap())
+            .flat_map(|h| h.join().unwrap()) // a test: a panic is its failure
             .collect()
     };
     let ask: Each = Arc::new(|b, at| b.permit(at));

@@ -11,6 +11,7 @@ fn incidents() -> &'static [Incident] {
     static RUNS: OnceLock<Vec<Incident>> = OnceLock::new();
     RUNS.get_or_init(|| {
         crate::replay::incidents(&["000", "001", "003"], 13, true).expect("the models run")
+        // a test: a panic is its failure
         // test
     })
 }
