@@ -704,17 +704,8 @@ fn a_scrape_shows_how_each_shared_check_was_decided() {
     for _ in 0..5 {
         let _ = rt().block_on(lim.check_key("k")).unwrap();
     }
-    let registry = tollgate::MetricsRegistry::new();
-    registry.register_shared("shared", &lim).unwrap();
-    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
-    let handle = recorder.handle();
-    metrics::with_local_recorder(&recorder, || registry.publish());
-    let text = handle.render();
-    let value = |series: &str| -> Option<u64> {
-        text.lines()
-            .find_map(|l| l.strip_prefix(series))
-            .and_then(|v| v.trim().parse().ok())
-    };
+    let text = redis_server::scrape(&lim);
+    let value = |s: &str| redis_server::series(&text, s);
     // 3 allowed by Redis, 1 denied by Redis, 1 from the deny cache with no call.
     assert_eq!(
         value(r#"tollgate_redis_checks_total{limiter="shared",outcome="allowed"}"#),

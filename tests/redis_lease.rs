@@ -442,17 +442,8 @@ fn leases_are_exported() {
     for _ in 0..3 {
         assert!(allowed(&check(&lim, "k")));
     }
-    let registry = tollgate::MetricsRegistry::new();
-    registry.register_shared("shared", &lim).unwrap();
-    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
-    let handle = recorder.handle();
-    metrics::with_local_recorder(&recorder, || registry.publish());
-    let text = handle.render();
-    let value = |series: &str| -> Option<u64> {
-        text.lines()
-            .find_map(|l| l.strip_prefix(series))
-            .and_then(|v| v.trim().parse().ok())
-    };
+    let text = redis_server::scrape(&lim);
+    let value = |s: &str| redis_server::series(&text, s);
     assert_eq!(
         value(r#"tollgate_redis_leases_total{limiter="shared"}"#),
         Some(1),

@@ -135,17 +135,10 @@ async fn refused_calls_are_exported() {
         .port();
     let lim = std::sync::Arc::new(limiter(&format!("redis://127.0.0.1:{port}/")));
     checks_while_down(&lim).await;
-    let registry = tollgate::MetricsRegistry::new();
-    registry.register_shared("shared", &lim).unwrap();
-    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
-    let handle = recorder.handle();
-    metrics::with_local_recorder(&recorder, || registry.publish());
-    let text = handle.render();
-    let value = |result: &str| -> Option<u64> {
+    let text = redis_server::scrape(&lim);
+    let value = |result: &str| {
         let series = format!(r#"tollgate_redis_calls_total{{limiter="shared",result="{result}"}}"#);
-        text.lines()
-            .find_map(|l| l.strip_prefix(series.as_str()))
-            .and_then(|v| v.trim().parse().ok())
+        redis_server::series(&text, &series)
     };
     assert_eq!(value("refused"), Some(CHECKS), "{text}");
     assert_eq!(value("timeout"), Some(0), "{text}");

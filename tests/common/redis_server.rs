@@ -157,3 +157,24 @@ pub fn connection(url: &str) -> redis::Connection {
         .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(2)))
         .expect("a connection to the test's redis")
 }
+
+/// One publish of `lim`'s figures, registered as `shared`, in the Prometheus text format.
+#[cfg(feature = "metrics")]
+pub fn scrape(lim: &std::sync::Arc<tollgate::SharedRateLimiter>) -> String {
+    let registry = tollgate::MetricsRegistry::new();
+    registry
+        .register_shared("shared", lim)
+        .expect("a fresh registry takes the name");
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    metrics::with_local_recorder(&recorder, || registry.publish());
+    handle.render()
+}
+
+/// The value of the series named exactly `series` (labels included) in a scrape.
+#[cfg(feature = "metrics")]
+pub fn series(text: &str, series: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series))
+        .and_then(|v| v.trim().parse().ok())
+}
