@@ -102,12 +102,27 @@ impl Panel {
         let _ = self.slots[i][0].compare_exchange(fp, 0, Ordering::Relaxed, Ordering::Relaxed);
     }
 
-    /// Evaluator side: keeps about k members. More than k: halve the threshold and evict the
-    /// members above it. Fewer than k/2: double it, to sample more keys.
+    /// Evaluator side: keeps about k members. More than k: lower the threshold to where about
+    /// k of the keys under it would remain, and evict the members above it. Fewer than k/2:
+    /// double it, to sample more keys.
+    ///
+    /// The keys under the threshold are counted from how many slots they fill (linear
+    /// counting: the panel is direct-mapped, so `n` keys fill `S·(1 − e^(−n/S))` of `S`
+    /// slots). A panel that starts out sampling every key thus comes down to its size at the
+    /// first sub-bucket close when it is not saturated (10k active keys, k = 1024), and by a
+    /// factor of `S·ln 2S / k` or more per close when it is, rather than by one halving per
+    /// close (a minute at 10k keys, every check sampled meanwhile).
     pub(crate) fn rebalance(&self, members: usize) {
         let t = self.threshold.load(Ordering::Relaxed);
         if members > self.k {
-            let t = t / 2;
+            let slots = self.slots.len() as f64;
+            let taken = (0..self.slots.len())
+                .filter(|&i| self.slots[i][0].load(Ordering::Relaxed) != 0)
+                .count() as f64;
+            let keys = slots * (slots / (slots - taken).max(0.5)).ln();
+            let share = (self.k as f64 / keys.max(members as f64)).min(0.5);
+            // An f64 product, then truncated: the threshold is a sampling bound, not a count.
+            let t = (t as f64 * share) as u64;
             self.threshold.store(t, Ordering::Relaxed);
             for i in 0..self.slots.len() {
                 let fp = self.slots[i][0].load(Ordering::Relaxed);
@@ -185,13 +200,22 @@ pub(crate) fn close_sub(
     let mut b = Breadth::default();
     for (i, m) in members.iter_mut().enumerate() {
         let (fp, allowed, denied) = panel.read(i);
+        // The slot's counters are never reset (a racing check of an old member could undo a
+        // reset): what was last read of them stays with the slot across members, free or not,
+        // so a new member's first delta holds its own checks, never an old member's.
         if fp == 0 {
-            *m = Member::default();
+            *m = Member {
+                seen_allowed: allowed,
+                seen_denied: denied,
+                ..Member::default()
+            };
             continue;
         }
         if m.fp != fp {
             *m = Member {
                 fp,
+                seen_allowed: m.seen_allowed,
+                seen_denied: m.seen_denied,
                 last_active: now,
                 ..Member::default()
             };
@@ -215,7 +239,11 @@ pub(crate) fn close_sub(
             }
         } else if now.saturating_sub(m.last_active) > FORGET_IDLE {
             panel.evict(i, fp);
-            *m = Member::default();
+            *m = Member {
+                seen_allowed: allowed,
+                seen_denied: denied,
+                ..Member::default()
+            };
             continue;
         }
         b.members += 1;
@@ -308,5 +336,90 @@ mod tests {
         }
         let last = close_sub(&panel, &mut members, 30, 6, u64::MAX).members;
         assert!((4..=32).contains(&last), "{last} members");
+    }
+
+    #[test]
+    fn a_full_panel_comes_down_to_k_in_a_few_closes() {
+        // Every key sampled at first (threshold u64::MAX). Unsaturated (10k keys in 2,048
+        // slots, k = 1024): down to k at the first close. Saturated: a few closes, where one
+        // halving per close would take log2(keys / k) of them. Never far below k.
+        for (k, keys, closes) in [(1024usize, 10_000u64, 1), (16, 1_000, 3), (64, 50_000, 4)] {
+            let panel = Panel::new(k, 7);
+            let mut members = Vec::new();
+            let mut now = 0;
+            let mut counts = Vec::new();
+            for _ in 0..=closes {
+                for fp in 1..=keys {
+                    panel.record(fp, false);
+                }
+                now += 1;
+                counts.push(close_sub(&panel, &mut members, now, 6, u64::MAX).members);
+            }
+            assert!(counts[0] > k, "k = {k}: {counts:?}");
+            let last = counts[closes];
+            assert!(
+                last <= k && last >= k / 4,
+                "k = {k}, {keys} keys: {counts:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_reused_slot_passes_none_of_its_counts_to_a_new_member() {
+        let panel = Panel::new(8, 3);
+        let mut members = Vec::new();
+        let slot_of = |fp: u64| (panel.hash(fp) & panel.mask) as usize;
+        let old = 1u64;
+        let new = (2..).find(|&fp| slot_of(fp) == slot_of(old)).unwrap_or(0);
+        assert_ne!(new, 0);
+        let i = slot_of(old);
+        for _ in 0..1_000 {
+            panel.record(old, true);
+        }
+        close_sub(&panel, &mut members, 1, 6, u64::MAX);
+        // More denials after the close, then the slot is freed and taken by another key
+        // before the next close.
+        for _ in 0..500 {
+            panel.record(old, true);
+        }
+        panel.evict(i, old);
+        for _ in 0..3 {
+            panel.record(new, false);
+        }
+        close_sub(&panel, &mut members, 2, 6, u64::MAX);
+        assert_eq!(members[i].fp, new);
+        let (a, d) = members[i].recent.last().copied().unwrap_or_default();
+        // The new member is charged with what the slot counted since the last close: its own
+        // 3 allows, and the old member's 500 late denials at most — never the 1,000 before.
+        assert_eq!(a, 3);
+        assert!(d <= 500, "{d} denials charged to the new member");
+        // At the next close it starts clean.
+        for _ in 0..4 {
+            panel.record(new, false);
+        }
+        close_sub(&panel, &mut members, 3, 6, u64::MAX);
+        assert_eq!(members[i].recent.last().copied(), Some((4, 0)));
+    }
+
+    #[test]
+    fn a_slot_freed_and_retaken_between_closes_starts_from_its_last_reading() {
+        let panel = Panel::new(8, 3);
+        let mut members = Vec::new();
+        let slot_of = |fp: u64| (panel.hash(fp) & panel.mask) as usize;
+        let old = 1u64;
+        let new = (2..).find(|&fp| slot_of(fp) == slot_of(old)).unwrap_or(0);
+        let i = slot_of(old);
+        for _ in 0..1_000 {
+            panel.record(old, true);
+        }
+        panel.evict(i, old);
+        // The evaluator sees the slot free: it notes the counts, charging them to nobody.
+        close_sub(&panel, &mut members, 1, 6, u64::MAX);
+        for _ in 0..2 {
+            panel.record(new, false);
+        }
+        close_sub(&panel, &mut members, 2, 6, u64::MAX);
+        assert_eq!(members[i].fp, new);
+        assert_eq!(members[i].recent.last().copied(), Some((2, 0)));
     }
 }
