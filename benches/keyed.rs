@@ -20,6 +20,8 @@ mod memory;
 #[cfg(feature = "config")]
 #[path = "common/rollout.rs"]
 mod rollout;
+#[path = "common/settle.rs"]
+mod settle;
 
 use std::num::NonZeroU32;
 use std::time::Duration;
@@ -27,7 +29,7 @@ use std::time::Duration;
 use governor::{DefaultKeyedRateLimiter, Quota as GQuota, RateLimiter as GovernorLimiter};
 use harness::{arm, ratio, sink, timed, timed_threads, Case, Report, Settings, Target};
 use load::Load;
-use tollgate::{FaultDetector, KeyedRateLimiter, ManualClock, Quota};
+use tollgate::{FaultDetector, KeyedRateLimiter, Quota};
 
 use floor::KeyedFloor;
 
@@ -331,17 +333,14 @@ fn two_threads_distinct(
 /// DESIGN §11: keyed `check_key` with the detector attached ≤ 1.15× the same limiter without.
 const DETECTOR_VS_BARE: f64 = 1.15;
 
-/// Detector evaluations run during warm-up, one per pass over the keys.
-const SETTLE_PASSES: u32 = 8;
-
-/// The same keyed limiter (live keys) twice, one with a default-configured fault detector
-/// attached, every key warmed in both.
+/// The same keyed limiter (live keys) twice, one with a fault detector attached, every key
+/// warmed in both.
 ///
-/// The detector's clock is a [`ManualClock`] so that its state is the same however long the
-/// bench runs: during warm-up it is advanced one sub-bucket (10 s) per pass over the keys, so
-/// the evaluations rebalance the breadth panel to its steady state (about k = 1024 of the
-/// keys sampled); during timing it stands still, so no evaluation runs (in production one
-/// runs per 10 s per limiter). Every other setting is `FaultDetector::new()`'s.
+/// The detector is `FaultDetector::new()`'s but for a 6 s window (a sub-bucket close every
+/// second rather than every 10 s), on the default clock as in production: the limiter hands
+/// it each check's own clock reading. Warm-up keeps checking until two closes have brought
+/// the breadth panel to its steady state (about k = 1024 of the keys sampled); during timing
+/// a close still runs every second, ten times as often as with the default window.
 struct WithDetector {
     det: KeyedRateLimiter<u64>,
     bare: KeyedRateLimiter<u64>,
@@ -351,8 +350,9 @@ struct WithDetector {
 impl WithDetector {
     fn new(keys: u64, max_keys: Option<usize>) -> Self {
         let q = Quota::per_second(nz(1)).with_burst(nz(BURST));
-        let clock = ManualClock::new();
-        let detector = FaultDetector::builder().clock(&clock).build();
+        let detector = FaultDetector::builder()
+            .window(Duration::from_secs(6))
+            .build();
         let build = |d: Option<FaultDetector>| {
             let mut b = KeyedRateLimiter::<u64>::builder(q);
             if let Some(m) = max_keys {
@@ -367,13 +367,11 @@ impl WithDetector {
         for k in 0..keys {
             assert!(bare.check_key(&k).is_permitted());
         }
-        for _ in 0..SETTLE_PASSES {
-            clock.advance(Duration::from_secs(10));
+        settle::settle(&detector, || {
             for k in 0..keys {
                 assert!(det.check_key(&k).is_permitted());
             }
-            detector.tick();
-        }
+        });
         Self {
             det,
             bare,

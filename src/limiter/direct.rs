@@ -90,7 +90,8 @@ impl RateLimiter {
                 if d.pass_reason().is_some() {
                     return self.check_general();
                 }
-                self.step_unit(clock.now_nanos(), |i| d.observe_index(&self.counters, i))
+                let now = clock.now_nanos();
+                self.step_unit(now, |i| d.observe_index_at(&self.counters, i, now))
             }
             Hot::Other => self.check_dispatch(),
         }

@@ -238,10 +238,14 @@ impl Guard {
 pub(crate) enum Hot {
     /// The fast clock, nothing attached.
     Bare(FastClock),
-    /// The fast clock and a detector (a clone of the attached one), nothing else that acts on
-    /// a plain check: the bare step while the detector enforces, counted with its tick.
+    /// The fast clock and a detector (a clone of the attached one) on the fast clock too,
+    /// nothing else that acts on a plain check: the bare step while the detector enforces.
+    /// The detector reads the time the check already read: whether its sub-bucket is due is
+    /// one compare, with no tick and no clock read of its own.
     Detected(FastClock, FaultDetector),
-    /// Another clock, or more attached: the limiter's general dispatch.
+    /// Another clock, or more attached, or a detector on another clock (a `ManualClock` in
+    /// tests, read by every 32nd check of a thread to see whether it is due): the limiter's
+    /// general dispatch. (Three variants: a fourth costs the bare check a tag compare.)
     Other,
 }
 
@@ -250,7 +254,8 @@ impl Hot {
         match (clock.fast(), guard) {
             (Some(c), None) => Hot::Bare(c),
             (Some(c), Some(g)) => match g.detector_only() {
-                Some(d) => Hot::Detected(c, d.clone()),
+                Some(d) if d.shared().on_fast_clock() => Hot::Detected(c, d.clone()),
+                Some(_) => Hot::Other,
                 None => Hot::Other,
             },
             (None, _) => Hot::Other,

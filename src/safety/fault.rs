@@ -379,6 +379,34 @@ impl Shared {
         }
     }
 
+    /// [`observe_index`](Self::observe_index) on the detector's own clock, read by the check
+    /// at `now`: the sub-bucket close is due when `now` reaches it (one load, one compare; no
+    /// tick, no clock read), so it runs on time even at a check a minute.
+    #[inline(always)]
+    pub(crate) fn observe_index_at(&self, counters: &Counters, index: usize, now: u64) {
+        counters.bump(index);
+        if now >= self.next_eval.load(Ordering::Relaxed) {
+            self.evaluate_at(now);
+        }
+    }
+
+    /// [`observe_key`](Self::observe_key) at `now`, as [`observe_index_at`](Self::observe_index_at).
+    #[inline(always)]
+    pub(crate) fn observe_key_at(&self, counters: &Counters, index: usize, fp: u64, now: u64) {
+        counters.bump(index);
+        self.panel.record(fp, index != ALLOWED);
+        if now >= self.next_eval.load(Ordering::Relaxed) {
+            self.evaluate_at(now);
+        }
+    }
+
+    /// `true` if this detector runs on the fast monotonic clock, whose readings every fast
+    /// clock in the process shares (one epoch): a limiter on it can hand the detector its own
+    /// reading.
+    pub(crate) fn on_fast_clock(&self) -> bool {
+        self.clock.fast().is_some()
+    }
+
     /// [`observe`](Self::observe) of a key's verdict known by its counter `index` (an allow
     /// or a quota denial: neither a pass-through nor a full table's denial), counted in the
     /// limiter's `counters`.
@@ -410,7 +438,14 @@ impl Shared {
 
     #[cold]
     fn maybe_evaluate(&self) {
-        let now = self.clock.now_nanos();
+        self.evaluate_at(self.clock.now_nanos());
+    }
+
+    /// Closes the sub-bucket if it is due at `now` (a detector-clock reading), and ends a
+    /// forced pass-through whose time is up.
+    #[cold]
+    #[inline(never)]
+    fn evaluate_at(&self, now: u64) {
         if now >= self.override_until.load(Ordering::Relaxed) {
             self.eval.lock().expire_override(now, self);
         }

@@ -30,12 +30,14 @@ macro_rules! one_unit {
                 if d.pass_reason().is_some() {
                     return general();
                 }
-                let count = table::Observed {
+                let now = clock.now_nanos();
+                let count = table::ObservedAt {
                     detector: d,
                     counters: &lim.counters,
                     fp,
+                    now,
                 };
-                lim.step_steady(fp, clock.now_nanos(), count, general)
+                lim.step_steady(fp, now, count, general)
             }
             Hot::Other => lim.check_fp(fp),
         }
@@ -46,13 +48,25 @@ impl<K> KeyedRateLimiter<K> {
     /// [`check_key`](Self::check_key) on another clock, or with more attached.
     #[inline(never)]
     pub(super) fn check_fp(&self, fp: u64) -> Verdict {
+        let general = || self.check_fp_general(fp);
         match &self.guard {
             None => {
-                let general = || self.check_fp_general(fp);
                 let count = table::Bump(&self.counters);
                 self.step_steady(fp, self.clock.now_nanos(), count, general)
             }
-            Some(_) => self.check_fp_general(fp),
+            // As `Hot::Detected`, with the detector on a clock of its own: counted with its
+            // tick.
+            Some(g) => match g.detector_only().map(|d| d.shared()) {
+                Some(d) if d.pass_reason().is_none() => {
+                    let count = table::Observed {
+                        detector: d,
+                        counters: &self.counters,
+                        fp,
+                    };
+                    self.step_steady(fp, self.clock.now_nanos(), count, general)
+                }
+                _ => general(),
+            },
         }
     }
 

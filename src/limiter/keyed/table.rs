@@ -413,3 +413,20 @@ impl Tally for Observed<'_> {
         self.detector.observe_key(self.counters, index, self.fp);
     }
 }
+
+/// An attached detector on the check's own clock: the limiter's counters, the key's panel
+/// sample, and the check's reading `now` to see whether the detector is due.
+pub(super) struct ObservedAt<'a> {
+    pub(super) detector: &'a Shared,
+    pub(super) counters: &'a Counters,
+    pub(super) fp: u64,
+    pub(super) now: u64,
+}
+
+impl Tally for ObservedAt<'_> {
+    #[inline(always)]
+    fn tally(self, index: usize) {
+        self.detector
+            .observe_key_at(self.counters, index, self.fp, self.now);
+    }
+}
