@@ -4,6 +4,8 @@
 //! verdicts, and how leases meet `set_quota` and `peek_key`.
 #![cfg(all(feature = "redis", not(loom)))]
 
+#[path = "redis_lease/bursty.rs"]
+mod bursty;
 mod common;
 #[path = "common/redis_server.rs"]
 mod redis_server;
