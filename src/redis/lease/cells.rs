@@ -16,6 +16,8 @@ pub(crate) struct Lease {
     lapse: i64,
     /// The TAT in Redis right after the grant, on the spend base: remaining and reset-after.
     end: i64,
+    /// The same TAT in the script's time base: where the next lease of a run must start.
+    reserved: u64,
     cells: u64,
     next: u64,
 }
@@ -33,6 +35,7 @@ impl Lease {
         sent: u64,
         got: u64,
     ) -> Self {
+        let reserved = tat0.saturating_add(cells.saturating_mul(w));
         let (now, tat0, w, tau) = (to_i64(now), to_i64(tat0), to_i64(w), to_i64(tau));
         let spend_shift = to_i64(got) - now;
         let lapse_shift = to_i64(sent) - now;
@@ -44,9 +47,15 @@ impl Lease {
             first: tat0 + w - tau + spend_shift,
             lapse: tat0 + w + lapse_shift,
             end: tat0 + cells_i * w + spend_shift,
+            reserved,
             cells,
             next: 0,
         }
+    }
+
+    /// The TAT in Redis right after the grant, in the script's time base.
+    pub(super) fn reserved(&self) -> u64 {
+        self.reserved
     }
 
     /// Cells not spent yet.
@@ -75,7 +84,7 @@ impl Lease {
             lapsed += 1;
         }
         if self.next == self.cells {
-            return Spend::Call { hot: true, lapsed };
+            return Spend::Call { ask: None, lapsed };
         }
         let c = self.floor.max(self.first + to_i64(self.next) * self.w);
         if c > t {

@@ -12,10 +12,52 @@
 //! cell at `s ∈ [c_j, θ_j]` keeps `θ_j − tau ≤ s ≤ θ_j`, so in a window `[a, b]` every admitted
 //! cell, leased or not, has its θ in `[a, b + tau]`; θs are `w` apart, so at most
 //! `(b − a + tau)/w + 1 = rate·Δ + burst + 1` of them. A cell spent after its θ would break
-//! that (a lease's cells bunched at its end), so it lapses instead; there is no refund call —
-//! by the time a cell lapses, later cells (other instances') are charged behind it, and
-//! lowering the TAT would let them conform early. The cost is under-admission: at most the
-//! cells of this instance's lease that no check came for before their TATs.
+//! that (a lease's cells bunched at its end), so it lapses instead. There is no refund call: by
+//! the time a cell lapses, later cells (other instances') are usually charged behind it, and
+//! lowering the TAT would let them conform early; and a refund would not touch the larger
+//! cost below, which comes from cells that are spent.
+//!
+//! # Under-admission, and runs
+//!
+//! A leased cell is charged at the grant and admitted later, or never (it lapses). Lapses are
+//! not the only cost: while one instance holds cells that conform now, another instance's
+//! check meets a full bucket and is denied where an exact GCRA on the merged checks would
+//! have admitted it — and later the holder's check too. Held cells cost admissions with no
+//! cell lapsing (`tests/redis_lease/bursty.rs`, "episodes": 342 under-admitted in 5.7 s on
+//! two instances with `lease(20)`, none lapsed, before the rule below). Both costs are
+//! bounded by *runs*:
+//!
+//! * An instance asks for a lease only when it holds no cell of the customer, one call at a
+//!   time, for at most `max_cells`: it never holds more than `max_cells` of them.
+//! * A *busy period* is a stretch in which every call finds the customer's TAT at or ahead of
+//!   the clock (the TAT only rises, so the charged TATs are contiguous in it). A run is a
+//!   sequence of one instance's leases of one customer in one busy period: each lease after the
+//!   first asks the script to continue from the TAT the previous one left, `e`, and is granted
+//!   only if `now ≤ e ≤ tat` (`gcra.lua`); otherwise the call is a plain check and the run
+//!   ends. A lapse ends it too. A new run begins at most once per horizon on each instance.
+//!
+//! **Bound.** With one quota, one clock, calls answered within the horizon and the customer's
+//! slot kept in the table: for every prefix (of length D) of a run of N instances, admitted ≥
+//! the exact GCRA's admitted − `max_cells` · (runs begun) ≥ exact − N · `max_cells` · (⌊D /
+//! horizon⌋ + 1).
+//!
+//! **Proof.** Call a check the exact GCRA admits and the fleet denies a *miss*. (1) A miss at
+//! `s` finds the TAT `R > s + tau − w`: a plain or lease call denied, a lease whose first cell
+//! is not due, a held cell not yet due (its θ > `s + tau`), or the deny cache (which holds a
+//! lower bound of `R`). (2) In a busy period begun at `b`, by a miss at `s` the fleet has
+//! charged `(R − b)/w > (s − b + tau)/w − 1` cells, and the exact GCRA has admitted at most
+//! `(s − b + tau)/w` checks in `[b, s]` (each raises its TAT by at least `w`, none past its
+//! instant + `tau`): as integers, no more than the fleet charged. (3) So the under-admission
+//! gathered in a busy period up to its last miss is at most the cells charged by then and not
+//! admitted — lapsed, or held at that instant — and after its last miss it only shrinks.
+//! (4) The cells of one run counted in (3) were all held at one instant: the period's last
+//! miss or just before the run's first lapse, whichever came first (no lease follows a lapse
+//! in a run). So there are at most `max_cells` of them. Summing over busy periods and runs
+//! gives the bound. ∎
+//!
+//! The price is calls when a hot customer's bucket drains between its bursts: each burst is a
+//! new busy period, and an instance leases in one of them per horizon (measured in the
+//! README).
 //!
 //! # Time bases
 //!
@@ -65,6 +107,33 @@ struct Slot {
     leases: Vec<Lease>,
     /// When the lease call in flight was sent (local µs), if one is.
     pending: Option<u64>,
+    /// This instance's run of leases of the customer.
+    run: Run,
+}
+
+/// A run: leases of one customer taken back to back by this instance, with no cell lapsed and
+/// the customer's TAT never behind the clock in between, so that all its cells sit in one
+/// stretch of TATs. What a run can cost in under-admission is at most `max_cells`, and a new
+/// run begins at most once per horizon (see "Under-admission" above).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Run {
+    /// When the last run began (local µs), if one ever did.
+    began: Option<u64>,
+    /// While the run goes on: the TAT its last lease left, in the script's time base.
+    after: Option<u64>,
+}
+
+/// A lease call to make.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Ask {
+    /// At most this many cells (the instance holds none of the customer's when it asks).
+    pub(crate) cells: u32,
+    /// Continue the run whose last lease left this TAT, or (`None`) begin a new one.
+    pub(crate) after: Option<u64>,
+    /// The quota generation the call is sent under.
+    generation: u64,
+    /// When it was sent (local µs).
+    sent: u64,
 }
 
 /// What a lease says about a check.
@@ -74,8 +143,8 @@ pub(crate) enum Spend {
     Allow { ahead: u64, lapsed: u64 },
     /// The next cell conforms `retry` µs from now.
     Deny { retry: u64, lapsed: u64 },
-    /// No cell to spend: ask Redis, for a lease if `hot`.
-    Call { hot: bool, lapsed: u64 },
+    /// No cell to spend: ask Redis, for a lease if `ask` is set.
+    Call { ask: Option<Ask>, lapsed: u64 },
 }
 
 impl Leases {
@@ -124,25 +193,24 @@ impl Leases {
                 lease.spend(to_i64(t))
             } else {
                 Spend::Call {
-                    hot,
+                    ask: None,
                     lapsed: lease.left(),
                 }
             };
+            let l = match out {
+                Spend::Allow { lapsed: l, .. }
+                | Spend::Deny { lapsed: l, .. }
+                | Spend::Call { lapsed: l, .. } => l,
+            };
+            if l > 0 {
+                // A lapse ends the run.
+                slot.run.after = None;
+            }
+            lapsed += l;
             match out {
-                Spend::Allow { ahead, lapsed: l } => {
-                    return Spend::Allow {
-                        ahead,
-                        lapsed: lapsed + l,
-                    }
-                }
-                Spend::Deny { retry, lapsed: l } => {
-                    return Spend::Deny {
-                        retry,
-                        lapsed: lapsed + l,
-                    }
-                }
-                Spend::Call { lapsed: l, .. } => {
-                    lapsed += l;
+                Spend::Allow { ahead, .. } => return Spend::Allow { ahead, lapsed },
+                Spend::Deny { retry, .. } => return Spend::Deny { retry, lapsed },
+                Spend::Call { .. } => {
                     slot.leases.remove(0);
                 }
             }
@@ -154,11 +222,37 @@ impl Leases {
         let in_flight = slot
             .pending
             .is_some_and(|p| t.saturating_sub(p) < self.horizon);
-        let lease = hot && !in_flight;
-        if lease {
+        // A run goes on while it can; a new one waits for one horizon after the last began.
+        let after = match slot.run {
+            Run { after: Some(e), .. } => Some(Some(e)),
+            Run {
+                began: Some(b),
+                after: None,
+            } if t.saturating_sub(b) < self.horizon => None,
+            Run { .. } => Some(None),
+        };
+        let ask = after.filter(|_| hot && !in_flight).map(|after| Ask {
+            cells: self.max_cells,
+            after,
+            generation,
+            sent: t,
+        });
+        if ask.is_some() {
             slot.pending = Some(t);
         }
-        Spend::Call { hot: lease, lapsed }
+        Spend::Call { ask, lapsed }
+    }
+
+    /// The lease call `ask` for `key` was answered by a plain check: the script found the
+    /// customer's TAT behind the clock since the run's last lease (or reserved a horizon
+    /// ahead), so the run is over.
+    pub(crate) fn refused(&self, key: &[u8], ask: &Ask) {
+        let mut set = self.set(key).lock();
+        if let Some(slot) = set.iter_mut().flatten().find(|s| &*s.key == key) {
+            if ask.after.is_some() {
+                slot.run.after = None;
+            }
+        }
     }
 
     /// The lease call for `key` has been answered (or failed): the next check may send one.
@@ -169,22 +263,34 @@ impl Leases {
         }
     }
 
-    /// Stores a lease granted for `key` and spends its first cell if it conformed at the
-    /// script's `now` — decided there, as a plain check is, so the round trip cannot make it
-    /// lapse. Concurrent checks of one key may each take a lease: they queue, in the order of
-    /// their cells (Redis serialises the grants, so one lease's cells all follow another's),
-    /// at most [`QUEUED`] of them. `lapsed` counts the cells of a lease dropped beyond that or
-    /// of an evicted slot.
-    pub(crate) fn grant(&self, key: &[u8], mut lease: Lease, t: u64) -> (Spend, u64) {
-        lease.generation = self.generation.load(Ordering::Relaxed);
+    /// Stores a lease granted for `key` in answer to `ask`, and spends its first cell if it
+    /// conformed at the script's `now` — decided there, as a plain check is, so the round trip
+    /// cannot make it lapse. Leases queue in the order of their cells (Redis serialises the
+    /// grants, so one lease's cells all follow another's), at most [`QUEUED`] of them
+    /// (one lease call at a time, sent when no cell is left, keeps it to one). `lapsed` counts
+    /// the cells of a lease dropped beyond that, of an evicted slot, or of a lease asked
+    /// under a quota that changed while the call was out: its first cell answers the check
+    /// that asked, as a plain call sent before the change would, and the others lapse.
+    pub(crate) fn grant(&self, key: &[u8], mut lease: Lease, t: u64, ask: &Ask) -> (Spend, u64) {
+        let generation = self.generation.load(Ordering::Relaxed);
         let out = lease.spend_first();
         let mut set = self.set(key).lock();
         let (slot, mut lapsed) = find_or_take(&mut set, key, t);
+        if ask.generation != generation {
+            slot.run.after = None;
+            return (out, lapsed + lease.left());
+        }
+        lease.generation = generation;
+        if ask.after.is_none() {
+            slot.run.began = Some(ask.sent);
+        }
+        slot.run.after = Some(lease.reserved());
         let at = slot.leases.partition_point(|l| l.first <= lease.first);
         slot.leases.insert(at, lease);
         if slot.leases.len() > QUEUED {
             // The latest cells go: the earlier ones fall due first.
             lapsed += slot.leases.pop().map_or(0, |l| l.left());
+            slot.run.after = None;
         }
         (out, lapsed)
     }
@@ -229,6 +335,7 @@ impl Slot {
             hot: false,
             leases: Vec::new(),
             pending: None,
+            run: Run::default(),
         }
     }
 }

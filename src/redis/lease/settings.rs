@@ -23,10 +23,24 @@ impl SharedRateLimiterBuilder {
     ///   `max_cells`: a customer at or above its rate gets `min(max_cells, rate · lease_time)`
     ///   cells per call. None conforms that soon: a plain denial, exact retry-after.
     /// * **Bounds.** In every window of length Δ the customer's admissions over all instances
-    ///   stay ≤ burst + rate·Δ + 1, as without leases. The cost is under-admission: cells one
-    ///   instance reserved and no check there spent before their TATs. Hotness asks for the
+    ///   stay ≤ burst + rate·Δ + 1, as without leases. The cost is under-admission against an
+    ///   exact GCRA on the same checks: over any stretch of length D from a fresh start (and
+    ///   every prefix of it), at most N · `max_cells` · (⌊D / `lease_time`⌋ + 1) on N
+    ///   instances — with one quota throughout, a client clock (on the server's `TIME`, up to
+    ///   the round trip and the clocks' drift), and the lease calls answered within
+    ///   `lease_time` (a [`deadline`](Self::deadline) shorter than it). Hotness asks for the
     ///   customer's rate on this instance because a lease's cells fall due at that rate; an
     ///   instance with fewer checks would let most of them lapse.
+    /// * **Runs.** Cells cost admissions when they lapse, and also when one instance holds
+    ///   cells that conform now while another's checks meet a full bucket: the exact GCRA
+    ///   admits those checks and, later, the holder's too. So an instance leases a customer
+    ///   in runs: a lease is asked only when this instance holds none of the customer's cells
+    ///   (never more than `max_cells` held), and the next lease of a run is granted only if
+    ///   the customer's TAT has stayed at or ahead of the clock since the previous one (the
+    ///   script checks it; otherwise the call is a plain check). A lapse or such a gap ends the
+    ///   run, and a new run begins at most once per `lease_time`: each run costs at most
+    ///   `max_cells`. A customer whose bucket drains between bursts therefore gets leases in
+    ///   one burst per `lease_time` on each instance, and plain calls in the others.
     /// * **Answers.** A check waiting for a reserved cell is denied with `retry_after` exact on
     ///   that cell's schedule, although another instance may hold earlier cells; `remaining`
     ///   counts every leased cell as spent.
