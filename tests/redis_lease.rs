@@ -354,7 +354,9 @@ fn leases_on_the_servers_clock_stay_within_the_bound() {
     let _guard = rt().enter();
     let p = prefix("lease_server_time");
     let build = || {
-        SharedRateLimiter::builder("1000/s;burst=50".parse().unwrap(), &r.url)
+        // 200/s: an instance is hot after 200 checks in a second, which a slow debug build
+        // on a loaded machine still makes in the half second below (1000/s needed 1,000).
+        SharedRateLimiter::builder("200/s;burst=50".parse().unwrap(), &r.url)
             .prefix(&p)
             .deadline(Duration::from_secs(5))
             .lease(20)
@@ -373,7 +375,7 @@ fn leases_on_the_servers_clock_stay_within_the_bound() {
     }
     let elapsed_us = started.elapsed().as_micros() as u64;
     let (sa, sb) = (a.stats(), b.stats());
-    let bound = 50 + elapsed_us / 1000;
+    let bound = 50 + elapsed_us / 5000;
     eprintln!(
         "server clock: {checks} checks, admitted {admitted} of {bound}, {} round trips, \
          {} leases, {} cells lapsed",
