@@ -10,6 +10,8 @@ mod bursty;
 mod common;
 #[path = "redis_lease/property.rs"]
 mod property;
+#[path = "redis_lease/quota.rs"]
+mod quota;
 #[path = "common/redis_server.rs"]
 mod redis_server;
 

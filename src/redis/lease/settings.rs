@@ -53,8 +53,16 @@ impl SharedRateLimiterBuilder {
     /// * **Fleet.** Every instance sharing a prefix must use the same `lease_time`: the script
     ///   lets a TAT run `lease_time` past `now + τ` only for a caller that says so, and one
     ///   with a shorter horizon cuts the reservation back (letting its cells be admitted
-    ///   twice). A quota change must reach every instance: one that has not heard of it
-    ///   spends its lease on.
+    ///   twice).
+    /// * **Quota changes.** [`set_quota`](crate::SharedRateLimiter::set_quota) ends every lease
+    ///   of this instance when it returns: no check that starts after it is answered from a
+    ///   cell leased under the old quota. A lease call in flight across the change keeps no
+    ///   cell (its own check is answered as a plain call sent before the change would be).
+    ///   Other instances learn nothing from Redis: until their own `set_quota` runs, they
+    ///   spend the cells they hold (each lapses at most `lease_time + τ` after its grant) and
+    ///   take new leases under the old quota. The grant does not carry the quota: an instance
+    ///   could see that the customer's TAT was last written under another τ, but not which
+    ///   of the two quotas is current. A quota change has to reach every instance.
     ///
     /// `max_cells` of 0 or above 2^20 fails at [`build`](Self::build).
     ///
