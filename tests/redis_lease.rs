@@ -256,12 +256,6 @@ fn a_peek_neither_spends_nor_takes_a_lease() {
     );
 }
 
-/// The server the schedule tests share (each with its own prefix).
-fn shared_server() -> Option<&'static Redis> {
-    static R: OnceLock<Option<Redis>> = OnceLock::new();
-    R.get_or_init(|| shared("lease_window")).as_ref()
-}
-
 // ---------------------------------------------------------------------------------------------
 // Under-admission, measured against an exact GCRA on the merged schedule
 

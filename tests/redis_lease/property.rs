@@ -15,6 +15,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 
 use super::bursty::{replay, Schedule};
+use crate::redis_server::shared;
 
 /// (quota, (burst, T µs, τ µs)).
 const QUOTAS: [(&str, (u64, u64, u64)); 4] = [
@@ -101,11 +102,17 @@ impl Shape {
     }
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 40, ..ProptestConfig::default() })]
-
-    #[test]
-    fn both_bounds_hold_over_bursty_schedules(
+#[test]
+fn both_bounds_hold_over_bursty_schedules() {
+    // One server for every case, dropped (stopped) at the end.
+    let Some(r) = shared("lease_property") else {
+        return;
+    };
+    let config = ProptestConfig {
+        cases: 40,
+        ..ProptestConfig::default()
+    };
+    proptest!(config, |(
         q in 0..QUOTAS.len(),
         n in 2..=3usize,
         cells in 1u32..=20,
@@ -114,8 +121,7 @@ proptest! {
         // Per repetition of the motif: whether a burst that makes an instance hot comes
         // first (and to which instance, after which gap).
         repeats in prop::collection::vec((any::<bool>(), prop::option::of(0..3usize), any::<bool>()), 1..10),
-    ) {
-        let Some(r) = super::shared_server() else { return Ok(()) };
+    )| {
         let (text, (burst, t, tau)) = QUOTAS[q];
         let lease_us = lease_ms * 1_000;
         let cells_u = u64::from(cells);
@@ -134,11 +140,11 @@ proptest! {
             }
         }
         let lease = (cells, Duration::from_micros(lease_us));
-        let got = replay(r, text, (burst, t, tau), n, lease, &schedule);
+        let got = replay(&r, text, (burst, t, tau), n, lease, &schedule);
         prop_assert!(got.window_excess <= 1, "a window admitted burst + rate·Δ + {}: {:?}",
             got.window_excess, got);
         let bound = got.bound(n, cells, lease_us);
         prop_assert!(got.worst_under <= bound, "under-admitted {} > {}: {:?}",
             got.worst_under, bound, got);
-    }
+    });
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tollgate::{ManualClock, Quota};
 
 use super::{allowed, check, limiter, rt};
-use crate::redis_server::{connection, own, prefix};
+use crate::redis_server::{connection, own, prefix, shared, Redis};
 
 #[test]
 fn a_lease_granted_across_a_quota_change_keeps_no_cell() {
@@ -73,8 +73,7 @@ struct Raced {
 /// Two instances of one customer, `workers` threads each checking it once a round (the clock
 /// steps 100 µs between rounds), while another thread changes both instances' quota from
 /// `from` to `to` during round `at`.
-fn race(from: &str, to: &str, workers: usize, rounds: usize, at: usize) -> Option<Raced> {
-    let r = crate::shared_server()?;
+fn race(r: &Redis, from: &str, to: &str, workers: usize, rounds: usize, at: usize) -> Raced {
     let clock = ManualClock::at(Duration::from_secs(1_000));
     let p = prefix("lease_quota_race");
     let lease = Some((20, Duration::from_millis(100)));
@@ -124,7 +123,7 @@ fn race(from: &str, to: &str, workers: usize, rounds: usize, at: usize) -> Optio
     });
     let admitted = admitted.lock().unwrap().clone();
     let changed = changed.lock().unwrap().unwrap();
-    Some(Raced { admitted, changed })
+    Raced { admitted, changed }
 }
 
 /// The largest excess over burst + ⌊Δ/T⌋ of any window of rounds after `from` (exclusive),
@@ -146,9 +145,10 @@ fn worst_excess_after(admitted: &[u64], from: usize, burst: u64, t_us: u64) -> i
 fn set_quota_racing_leased_checks_keeps_the_new_window_bound() {
     // 4 threads on two instances, 40 checks a millisecond: hot and leasing long before the
     // change at round 300 (30 ms).
-    let Some(tight) = race("1000/s;burst=200", "10/s;burst=5", 4, 3_300, 300) else {
+    let Some(r) = shared("lease_quota_race") else {
         return;
     };
+    let tight = race(&r, "1000/s;burst=200", "10/s;burst=5", 4, 3_300, 300);
     let before: u64 = tight.admitted[..tight.changed].iter().sum();
     let after: u64 = tight.admitted[tight.changed + 1..].iter().sum();
     eprintln!("tightening: {before} admitted before the change, {after} in the 300 ms after");
@@ -158,9 +158,7 @@ fn set_quota_racing_leased_checks_keeps_the_new_window_bound() {
     assert!(worst_excess_after(&tight.admitted, tight.changed, 5, 100_000) <= 1);
     assert!(after <= 9, "{after} admitted after the change");
 
-    let Some(loose) = race("10/s;burst=5", "1000/s;burst=200", 4, 3_300, 300) else {
-        return;
-    };
+    let loose = race(&r, "10/s;burst=5", "1000/s;burst=200", 4, 3_300, 300);
     let after: u64 = loose.admitted[loose.changed + 1..].iter().sum();
     eprintln!("loosening: {after} admitted in the 300 ms after the change");
     assert!(worst_excess_after(&loose.admitted, loose.changed, 200, 1_000) <= 1);
