@@ -69,9 +69,12 @@ impl SharedRateLimiter {
         }
         // Every way out of this check, the call sent or not (the deny cache, the breaker, a
         // dropped future), lets the next check of the key ask for a lease.
-        let _settle = leases
-            .filter(|_| ask.is_some())
-            .map(|leases| Settle { leases, key });
+        let mut settle = leases.filter(|_| ask.is_some()).map(|leases| Settle {
+            leases,
+            key,
+            sent: false,
+            answered: false,
+        });
         if n > 0 {
             let ws: Vec<u64> = args.iter().map(|a| a.0).collect();
             if let Some(retry) = inner.cache.lookup(key, &ws, local_now) {
@@ -112,6 +115,9 @@ impl SharedRateLimiter {
         let mut reloaded = false;
         let mut routed = false;
         bump(&inner.counters.round_trips, 1);
+        if let Some(s) = &mut settle {
+            s.sent = true;
+        }
         let attempt = self.attempt(&call, &mut reloaded, &mut routed);
         let outcome = tokio::time::timeout(inner.deadline, attempt).await;
         if reloaded {
@@ -133,6 +139,9 @@ impl SharedRateLimiter {
         }
         let fault = match outcome {
             Ok(Ok(Ok(reply))) => {
+                if let Some(s) = &mut settle {
+                    s.answered = true;
+                }
                 breaker.success(real.now_nanos(), permit);
                 return Ok(self.verdict(key, (&limits, &args), reply, local_now, ask.as_ref()));
             }
@@ -403,15 +412,21 @@ fn fault<'a>(c: &'a Counters, e: &RedisError) -> &'a AtomicU64 {
     }
 }
 
-/// Marks the lease call of `key` answered when dropped.
+/// Marks the lease call of `key` settled when dropped.
 struct Settle<'a> {
     leases: &'a Leases,
     key: &'a [u8],
+    /// The lease call went out.
+    sent: bool,
+    /// Its reply was read.
+    answered: bool,
 }
 
 impl Drop for Settle<'_> {
     fn drop(&mut self) {
-        self.leases.settle(self.key);
+        // A call sent and never answered (the deadline, a fault, a dropped future) may have
+        // reserved cells in Redis that this instance will never hold: that ends the run.
+        self.leases.settle(self.key, self.sent && !self.answered);
     }
 }
 

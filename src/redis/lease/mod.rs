@@ -34,12 +34,14 @@
 //!   sequence of one instance's leases of one customer in one busy period: each lease after the
 //!   first asks the script to continue from the TAT the previous one left, `e`, and is granted
 //!   only if `now ≤ e ≤ tat` (`gcra.lua`); otherwise the call is a plain check and the run
-//!   ends. A lapse ends it too. A new run begins at most once per horizon on each instance.
+//!   ends. A lapse ends it too, and so does a lease call that went out and got no reply (the
+//!   deadline, a fault: Redis may have reserved cells this instance never holds, which count
+//!   as held until their TATs). A new run begins at most once per horizon on each instance.
 //!
-//! **Bound.** With one quota, one clock, calls answered within the horizon and the customer's
-//! slot kept in the table: for every prefix (of length D) of a run of N instances, admitted ≥
-//! the exact GCRA's admitted − `max_cells` · (runs begun) ≥ exact − N · `max_cells` · (⌊D /
-//! horizon⌋ + 1).
+//! **Bound.** With one quota, one clock, a deadline shorter than the horizon (so one lease
+//! call at a time) and the customer's slot kept in the table: over any stretch of length D
+//! from a fresh start, and every prefix of it, N instances admit at least what the exact GCRA
+//! admits − `max_cells` · (runs begun) ≥ exact − N · `max_cells` · (⌊D / horizon⌋ + 1).
 //!
 //! **Proof.** Call a check the exact GCRA admits and the fleet denies a *miss*. (1) A miss at
 //! `s` finds the TAT `R > s + tau − w`: a plain or lease call denied, a lease whose first cell
@@ -51,8 +53,9 @@
 //! gathered in a busy period up to its last miss is at most the cells charged by then and not
 //! admitted — lapsed, or held at that instant — and after its last miss it only shrinks.
 //! (4) The cells of one run counted in (3) were all held at one instant: the period's last
-//! miss or just before the run's first lapse, whichever came first (no lease follows a lapse
-//! in a run). So there are at most `max_cells` of them. Summing over busy periods and runs
+//! miss, or the run's first lapse or lost call (counting the cells that lapse then, or that
+//! the lost call reserved, as held), whichever came first — no lease follows either in a run.
+//! So there are at most `max_cells` of them. Summing over busy periods and runs
 //! gives the bound. ∎
 //!
 //! The price is calls when a hot customer's bucket drains between its bursts: each burst is a
@@ -255,11 +258,16 @@ impl Leases {
         }
     }
 
-    /// The lease call for `key` has been answered (or failed): the next check may send one.
-    pub(crate) fn settle(&self, key: &[u8]) {
+    /// The lease call for `key` has been answered, or will not be (`lost`: it went out and no
+    /// reply was read, so Redis may have reserved cells this instance never holds, and the run
+    /// ends): the next check may send one.
+    pub(crate) fn settle(&self, key: &[u8], lost: bool) {
         let mut set = self.set(key).lock();
         if let Some(slot) = set.iter_mut().flatten().find(|s| &*s.key == key) {
             slot.pending = None;
+            if lost {
+                slot.run.after = None;
+            }
         }
     }
 

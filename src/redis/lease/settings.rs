@@ -27,8 +27,8 @@ impl SharedRateLimiterBuilder {
     ///   exact GCRA on the same checks: over any stretch of length D from a fresh start (and
     ///   every prefix of it), at most N · `max_cells` · (⌊D / `lease_time`⌋ + 1) on N
     ///   instances — with one quota throughout, a client clock (on the server's `TIME`, up to
-    ///   the round trip and the clocks' drift), and the lease calls answered within
-    ///   `lease_time` (a [`deadline`](Self::deadline) shorter than it). Hotness asks for the
+    ///   the round trip and the clocks' drift), and a [`deadline`](Self::deadline) shorter
+    ///   than `lease_time` (one lease call at a time). Hotness asks for the
     ///   customer's rate on this instance because a lease's cells fall due at that rate; an
     ///   instance with fewer checks would let most of them lapse.
     /// * **Runs.** Cells cost admissions when they lapse, and also when one instance holds
@@ -37,10 +37,11 @@ impl SharedRateLimiterBuilder {
     ///   in runs: a lease is asked only when this instance holds none of the customer's cells
     ///   (never more than `max_cells` held), and the next lease of a run is granted only if
     ///   the customer's TAT has stayed at or ahead of the clock since the previous one (the
-    ///   script checks it; otherwise the call is a plain check). A lapse or such a gap ends the
-    ///   run, and a new run begins at most once per `lease_time`: each run costs at most
-    ///   `max_cells`. A customer whose bucket drains between bursts therefore gets leases in
-    ///   one burst per `lease_time` on each instance, and plain calls in the others.
+    ///   script checks it; otherwise the call is a plain check). A lapse, such a gap or a lease
+    ///   call that got no reply ends the run, and a new run begins at most once per
+    ///   `lease_time`: each run costs at most `max_cells`. A customer whose bucket drains
+    ///   between bursts therefore gets leases in one burst per `lease_time` on each instance,
+    ///   and plain calls in the others.
     /// * **Answers.** A check waiting for a reserved cell is denied with `retry_after` exact on
     ///   that cell's schedule, although another instance may hold earlier cells; `remaining`
     ///   counts every leased cell as spent.

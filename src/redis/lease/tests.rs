@@ -145,7 +145,7 @@ fn the_table_is_bounded_and_keeps_hot_keys() {
     let l = Leases::new(1, 1_000_000);
     l.spend_w(b"hot", 0);
     assert_eq!(asks(l.spend_w(b"hot", 1)), Some(true));
-    l.settle(b"hot");
+    l.settle(b"hot", false);
     for i in 0..100_000u64 {
         l.spend_w(&i.to_le_bytes(), 2);
     }
@@ -165,7 +165,7 @@ fn one_lease_call_per_customer_at_a_time() {
     assert!(asks(l.spend_w(b"k", 1)) == Some(true));
     // Sent, not answered: the next check makes a plain call.
     assert!(asks(l.spend_w(b"k", 2)) == Some(false));
-    l.settle(b"k");
+    l.settle(b"k", false);
     assert!(asks(l.spend_w(b"k", 3)) == Some(true));
     // A call never settled stops counting after one horizon.
     assert!(asks(l.spend_w(b"k", 1_000_002)) == Some(false));
@@ -195,13 +195,13 @@ fn a_run_goes_on_back_to_back_and_a_new_one_waits_a_horizon() {
     assert_eq!(first.after, None, "a new run");
     // One cell, TAT 0 → 1 ms: the run's next lease must start from TAT 1 ms.
     l.grant(b"k", lease(0, 0, 1), 0, &first);
-    l.settle(b"k");
+    l.settle(b"k", false);
     let next = ask_of(&l, 10).expect("the run goes on"); // a test: a panic is its failure
     assert_eq!(next.after, Some(1_000));
     // The script found a gap (or no room): a plain answer ends the run, and a new one waits
     // until one horizon after the last began.
     l.refused(b"k", &next);
-    l.settle(b"k");
+    l.settle(b"k", false);
     assert_eq!(asks(l.spend_w(b"k", 999_999)), Some(false));
     let again = ask_of(&l, 1_000_000).expect("a horizon later"); // a test: a panic is its failure
     assert_eq!(again.after, None);
@@ -213,7 +213,7 @@ fn a_lapse_ends_the_run() {
     warm(&l);
     let first = ask_of(&l, 0).expect("hot"); // a test: a panic is its failure
     l.grant(b"k", lease(0, 0, 3), 0, &first);
-    l.settle(b"k");
+    l.settle(b"k", false);
     // At 5 ms cells 1 and 2 (TATs 2 and 3 ms) have lapsed: no lease before 1 s.
     assert!(matches!(
         l.spend_w(b"k", 5_000),
@@ -236,6 +236,20 @@ fn a_grant_asked_under_an_old_quota_keeps_no_cell() {
     let (first, lapsed) = l.grant(b"k", lease(0, 0, 3), 0, &asked);
     assert!(matches!(first, Spend::Allow { .. }));
     assert_eq!(lapsed, 2);
-    l.settle(b"k");
+    l.settle(b"k", false);
     assert!(matches!(l.spend_w(b"k", 0), Spend::Call { lapsed: 0, .. }));
+}
+
+#[test]
+fn a_lease_call_without_a_reply_ends_the_run() {
+    let l = Leases::new(1, 1_000_000);
+    warm(&l);
+    let first = ask_of(&l, 0).expect("hot"); // a test: a panic is its failure
+    l.grant(b"k", lease(0, 0, 1), 0, &first);
+    l.settle(b"k", false);
+    assert!(ask_of(&l, 10).is_some_and(|a| a.after == Some(1_000)));
+    // That call timed out: Redis may hold cells reserved for it. No lease before 1 s.
+    l.settle(b"k", true);
+    assert_eq!(asks(l.spend_w(b"k", 20)), Some(false));
+    assert!(ask_of(&l, 1_000_000).is_some_and(|a| a.after.is_none()));
 }
