@@ -2,11 +2,12 @@
 # SharedRateLimiter vs redis-benchmark running the same EVALSHA against the same server, in one
 # run: checks per second and p50/p99 latency with 1 and 64 concurrent tasks (redis-benchmark:
 # clients), denials answered from the deny cache (no round trip), and one hot customer
-# (10000/s;burst=1000, 64 tasks on it) without and with lease(20).
+# (10000/s;burst=1000, 64 tasks on it) without and with lease(20): HOT_SECONDS (default 2)
+# of checks after an untimed warm-up that makes the customer hot.
 #
 #   benches/redis.sh            # starts its own redis-server on a free port (persistence off)
 #   REDIS_PORT=6390 benches/redis.sh   # or uses a running one
-#   CHECKS=100000 ROUNDS=5 benches/redis.sh
+#   CHECKS=100000 ROUNDS=5 HOT_SECONDS=5 benches/redis.sh
 #
 # Both sides send the same command: EVALSHA <sha> 1 bench:rb:{<customer>} "" 1 0 10000 1000000
 # (server TIME, charge, no TTL floor, w = T = 10 ms and τ = 1 s: the quota 100/s), customers
@@ -16,9 +17,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CHECKS=${CHECKS:-50000}
-# The hot-customer rows: long enough that the 10,000 cold checks before a customer is hot
-# (rate · lease_time) are a small part.
-HOT_CHECKS=${HOT_CHECKS:-500000}
+HOT_SECONDS=${HOT_SECONDS:-2}
 ROUNDS=${ROUNDS:-3}
 
 if [ -z "${REDIS_PORT:-}" ]; then
@@ -67,7 +66,7 @@ done
 for mode in hot hot-lease; do
   for round in $(seq "$ROUNDS"); do
     redis-cli -p "$REDIS_PORT" FLUSHALL >/dev/null
-    "$BIN" "$URL" 64 "$HOT_CHECKS" "$mode" | sed "s/^/$mode round=$round: /"
+    "$BIN" "$URL" 64 0 "$mode" "$HOT_SECONDS" | sed "s/^/$mode round=$round: /"
   done
 done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -1,10 +1,17 @@
 //! Leases for hot customers against a real `redis-server` on loopback: the script calls per
-//! check counted by the server, the admissions against burst + rate·elapsed, the window bound
-//! over random schedules across 2–3 instances (property test), a cold customer's exact
-//! verdicts, and how leases meet `set_quota` and `peek_key`.
+//! check counted by the server, the admissions against burst + rate·elapsed, both bounds (the
+//! window bound, and under-admission against an exact GCRA) over bursty schedules across 2–3
+//! instances (`redis_lease/bursty.rs`, and a property test in `redis_lease/property.rs`), a
+//! cold customer's exact verdicts, and how leases meet `set_quota` and `peek_key`.
 #![cfg(all(feature = "redis", not(loom)))]
 
+#[path = "redis_lease/bursty.rs"]
+mod bursty;
 mod common;
+#[path = "redis_lease/property.rs"]
+mod property;
+#[path = "redis_lease/quota.rs"]
+mod quota;
 #[path = "common/redis_server.rs"]
 mod redis_server;
 
@@ -12,7 +19,6 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use common::Obs;
-use proptest::prelude::*;
 use redis_server::{connection, own, prefix, shared, Redis};
 use tollgate::{ManualClock, Quota, SharedRateLimiter, Verdict};
 
@@ -251,56 +257,6 @@ fn a_peek_neither_spends_nor_takes_a_lease() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The window bound over random schedules
-
-fn shared_server() -> Option<&'static Redis> {
-    static R: OnceLock<Option<Redis>> = OnceLock::new();
-    R.get_or_init(|| shared("lease_window")).as_ref()
-}
-
-const QUOTAS: [(&str, u64, u64); 4] = [
-    // (quota, burst, T in µs)
-    ("1000/s;burst=5", 5, 1_000),
-    ("100/s;burst=1", 1, 10_000),
-    ("300/s;burst=20", 20, 3_334),
-    ("5000/s;burst=50", 50, 200),
-];
-
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
-
-    #[test]
-    fn the_window_bound_holds_over_every_schedule(
-        q in 0..QUOTAS.len(),
-        n in 2..=3usize,
-        cells in 1u32..12,
-        lease_ms in prop_oneof![Just(1u64), 2u64..50, Just(1000)],
-        steps in prop::collection::vec((0..3usize, prop_oneof![
-            4 => 0u64..300,
-            1 => 300u64..20_000,
-            1 => Just(0u64),
-        ]), 50..400),
-    ) {
-        let Some(r) = shared_server() else { return Ok(()) };
-        let (text, burst, t_us) = QUOTAS[q];
-        let quota: Quota = text.parse().unwrap();
-        let clock = ManualClock::at(Duration::from_secs(1_000));
-        let p = prefix("lease_window");
-        let lease = Some((cells, Duration::from_millis(lease_ms)));
-        let lims: Vec<_> = (0..n).map(|_| limiter(r, &p, quota, &clock, lease)).collect();
-        let mut times = Vec::new();
-        for &(i, wait) in &steps {
-            clock.advance(Duration::from_micros(wait));
-            if allowed(&check(&lims[i % n], "c")) {
-                times.push(clock.nanos() / 1000);
-            }
-        }
-        let excess = worst_window_excess(&times, burst, t_us);
-        prop_assert!(excess <= 1, "a window admitted burst + rate·Δ + {}", excess);
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
 // Under-admission, measured against an exact GCRA on the merged schedule
 
 /// The exact GCRA in µs: allowed iff max(tat, now) + T − now ≤ τ.
@@ -394,7 +350,9 @@ fn leases_on_the_servers_clock_stay_within_the_bound() {
     let _guard = rt().enter();
     let p = prefix("lease_server_time");
     let build = || {
-        SharedRateLimiter::builder("1000/s;burst=50".parse().unwrap(), &r.url)
+        // 200/s: an instance is hot after 200 checks in a second, which a slow debug build
+        // on a loaded machine still makes in the half second below (1000/s needed 1,000).
+        SharedRateLimiter::builder("200/s;burst=50".parse().unwrap(), &r.url)
             .prefix(&p)
             .deadline(Duration::from_secs(5))
             .lease(20)
@@ -413,7 +371,7 @@ fn leases_on_the_servers_clock_stay_within_the_bound() {
     }
     let elapsed_us = started.elapsed().as_micros() as u64;
     let (sa, sb) = (a.stats(), b.stats());
-    let bound = 50 + elapsed_us / 1000;
+    let bound = 50 + elapsed_us / 5000;
     eprintln!(
         "server clock: {checks} checks, admitted {admitted} of {bound}, {} round trips, \
          {} leases, {} cells lapsed",

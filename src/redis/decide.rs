@@ -11,7 +11,7 @@ use super::builder::FailurePolicy;
 use super::conn::{self, Con};
 use super::error::BackendError;
 use super::key::{self, MAX_KEY_BYTES};
-use super::lease::{Lease, Leases, Spend};
+use super::lease::{Ask, Lease, Leases, Spend};
 use super::limit::{Limit, MAX_NOW_US};
 use super::limiter::SharedRateLimiter;
 use super::script::{Call, Reply};
@@ -47,7 +47,7 @@ impl SharedRateLimiter {
             .leases
             .as_ref()
             .filter(|_| n == 1 && charge && limits.len() == 1);
-        let mut lease = None;
+        let mut ask = None;
         if let Some(leases) = leases {
             let c = &inner.counters;
             match leases.spend(key, local_now, args[0].0) {
@@ -61,17 +61,20 @@ impl SharedRateLimiter {
                     bump(&c.leased_denied, 1);
                     return Ok(deny_us(retry, DenyReason::Quota));
                 }
-                Spend::Call { hot, lapsed } => {
+                Spend::Call { ask: a, lapsed } => {
                     bump(&c.cells_lapsed, lapsed);
-                    lease = hot.then_some(leases.max_cells);
+                    ask = a;
                 }
             }
         }
         // Every way out of this check, the call sent or not (the deny cache, the breaker, a
         // dropped future), lets the next check of the key ask for a lease.
-        let _settle = leases
-            .filter(|_| lease.is_some())
-            .map(|leases| Settle { leases, key });
+        let mut settle = leases.filter(|_| ask.is_some()).map(|leases| Settle {
+            leases,
+            key,
+            sent: false,
+            answered: false,
+        });
         if n > 0 {
             let ws: Vec<u64> = args.iter().map(|a| a.0).collect();
             if let Some(retry) = inner.cache.lookup(key, &ws, local_now) {
@@ -106,12 +109,15 @@ impl SharedRateLimiter {
             charge,
             min_ttl_ms: inner.min_ttl_ms,
             limits: &args,
-            lease,
+            lease: ask.map(|a| (a.cells, a.after)),
             horizon: inner.leases.as_ref().map_or(0, |l| l.horizon),
         };
         let mut reloaded = false;
         let mut routed = false;
         bump(&inner.counters.round_trips, 1);
+        if let Some(s) = &mut settle {
+            s.sent = true;
+        }
         let attempt = self.attempt(&call, &mut reloaded, &mut routed);
         let outcome = tokio::time::timeout(inner.deadline, attempt).await;
         if reloaded {
@@ -133,8 +139,11 @@ impl SharedRateLimiter {
         }
         let fault = match outcome {
             Ok(Ok(Ok(reply))) => {
+                if let Some(s) = &mut settle {
+                    s.answered = true;
+                }
                 breaker.success(real.now_nanos(), permit);
-                return Ok(self.verdict(key, &limits, &args, reply, local_now));
+                return Ok(self.verdict(key, (&limits, &args), reply, local_now, ask.as_ref()));
             }
             Ok(Err(Attempt::Config(e))) => return Err(e),
             // A reply the script never gives (a proxy in between, another script under the
@@ -217,14 +226,15 @@ impl SharedRateLimiter {
         }
     }
 
-    /// The verdict for the script's reply, remembering denials in the deny cache.
+    /// The verdict for the script's reply to a check (or to the lease call `ask`),
+    /// remembering denials in the deny cache.
     fn verdict(
         &self,
         key: &[u8],
-        limits: &[Limit],
-        args: &[(u64, u64)],
+        (limits, args): (&[Limit], &[(u64, u64)]),
         reply: Reply,
         local_now: u64,
+        ask: Option<&Ask>,
     ) -> Verdict {
         let inner = &*self.inner;
         let (conforms, aheads, corrupt) = match reply {
@@ -239,7 +249,13 @@ impl SharedRateLimiter {
                 corrupt,
             } => {
                 bump(&inner.counters.corrupt_values, corrupt);
-                return self.leased(key, &limits[0], args[0], (now, cells, tat0), local_now);
+                if let Some(ask) = ask {
+                    let grant = (now, cells, tat0);
+                    return self.leased(key, &limits[0], args[0], grant, local_now, ask);
+                }
+                // A grant no call asked for (a reply the script never gives): no cell is
+                // stored, and the check is denied rather than let through unjudged.
+                return deny_us(0, DenyReason::Quota);
             }
             Reply::Decided {
                 conforms,
@@ -248,6 +264,9 @@ impl SharedRateLimiter {
                 ..
             } => (conforms, aheads, corrupt),
         };
+        if let (Some(ask), Some(leases)) = (ask, &inner.leases) {
+            leases.refused(key, ask);
+        }
         bump(&inner.counters.corrupt_values, corrupt);
         if conforms {
             bump(&inner.counters.allowed, 1);
@@ -283,6 +302,7 @@ impl SharedRateLimiter {
         (w, tau): (u64, u64),
         (now, cells, tat0): (u64, u64, u64),
         sent: u64,
+        ask: &Ask,
     ) -> Verdict {
         let inner = &*self.inner;
         let c = &inner.counters;
@@ -298,7 +318,7 @@ impl SharedRateLimiter {
         let lease = Lease::new(now, tat0, cells, w, tau, sent, got);
         bump(&c.leases_taken, 1);
         bump(&c.cells_leased, cells);
-        let (first, lapsed) = leases.grant(key, lease, got);
+        let (first, lapsed) = leases.grant(key, lease, got, ask);
         bump(&c.cells_lapsed, lapsed);
         match first {
             Spend::Allow { ahead, .. } => {
@@ -392,15 +412,21 @@ fn fault<'a>(c: &'a Counters, e: &RedisError) -> &'a AtomicU64 {
     }
 }
 
-/// Marks the lease call of `key` answered when dropped.
+/// Marks the lease call of `key` settled when dropped.
 struct Settle<'a> {
     leases: &'a Leases,
     key: &'a [u8],
+    /// The lease call went out.
+    sent: bool,
+    /// Its reply was read.
+    answered: bool,
 }
 
 impl Drop for Settle<'_> {
     fn drop(&mut self) {
-        self.leases.settle(self.key);
+        // A call sent and never answered (the deadline, a fault, a dropped future) may have
+        // reserved cells in Redis that this instance will never hold: that ends the run.
+        self.leases.settle(self.key, self.sent && !self.answered);
     }
 }
 

@@ -6,9 +6,10 @@
 -- ARGV[1]     now in µs (the client's clock), or "" to read the server's TIME.
 -- ARGV[2]     "1" to charge the check (write the new TATs on allow), "0" to evaluate only,
 --             "L:m:l" to take a lease of at most m cells over a horizon of l µs (one key only;
---             see the end). "1:l" and "0:l" are "1" and "0" from a limiter whose leases
---             have the horizon l: leased cells hold a TAT up to now + tau + l, which the
---             clamp below must keep.
+--             see the end), "L:m:l:e" the same only if the caller's previous lease ended at
+--             e and the TAT has not fallen below it since. "1:l" and "0:l" are "1" and "0"
+--             from a limiter whose leases have the horizon l: leased cells hold a TAT up to
+--             now + tau + l, which the clamp below must keep.
 -- ARGV[3]     the least PX TTL in ms (0 on server time; with a client clock, whose pace need
 --             not be the server's, a floor that keeps keys until the client's time catches up).
 -- ARGV[2i+2]  w_i, ARGV[2i+3] tau_i: integers, 0 <= w_i <= tau_i <= 2^50.
@@ -42,6 +43,12 @@
 -- first allow it, and k = min(m, #{j : c_j <= now + l}) = min(m, floor((now + l + tau - tat0)
 -- / w)). The new TAT is tat0 + k*w <= now + l + tau < 2^53. With k = 0 (c_0 > now + l, so a
 -- plain check denies too) the reply is a plain denial (code 1).
+--
+-- "L:m:l:e" continues a caller's run of leases: e is the TAT its previous lease left (tat0 +
+-- k*w of that reply). It is granted only if now <= e <= tat: the TAT, which only rises, has
+-- stayed at or ahead of the clock since that grant, so no instant in between found the bucket
+-- empty and the cells of both leases sit in one unbroken stretch of TATs. Otherwise the call
+-- is a plain check (code 0 or 1), charged as one. (Rust: src/redis/lease/mod.rs, why.)
 
 local MAX_NOW = 4503599627370496 -- 2^52 µs: 142 years after the Unix epoch
 local MAX_TAU = 1125899906842624 -- 2^50 µs: 35.7 years
@@ -114,12 +121,17 @@ end
 if not int_in(now, 0, MAX_NOW) then return {2, 0} end
 local n = #KEYS
 if #ARGV ~= 3 + 2 * n or not int_in(min_ttl, 0, MAX_TAU) then return {3, now} end
-local charge, lease_max, lease_us = ARGV[2] == '1', nil, 0
-local lm, lu = string.match(ARGV[2], '^L:(%d+):(%d+)$')
+local charge, lease_max, lease_us, lease_after = ARGV[2] == '1', nil, 0, nil
+local lm, lu, le = string.match(ARGV[2], '^L:(%d+):(%d+):(%d+)$')
+if not lm then lm, lu = string.match(ARGV[2], '^L:(%d+):(%d+)$') end
 local cm, ch = string.match(ARGV[2], '^([01]):(%d+)$')
 if lm then
   charge, lease_max, lease_us = true, tonumber(lm), tonumber(lu)
   if n ~= 1 or not int_in(lease_max, 1, 1048576) then return {3, now} end
+  if le then
+    lease_after = tonumber(le)
+    if not int_in(lease_after, 0, MAX_NOW + 2 * MAX_TAU) then return {3, now} end
+  end
 elseif cm then
   charge, lease_us = cm == '1', tonumber(ch)
 end
@@ -143,8 +155,9 @@ for i = 1, n do
   cells[i] = {w = w, tau = tau, tat = tat, ahead = ahead, fix = fix}
 end
 
-if lease_max and cells[1].w > 0 then
-  local c = cells[1]
+local c1 = cells[1]
+if lease_max and c1.w > 0 and (not lease_after or (now <= lease_after and lease_after <= c1.tat)) then
+  local c = c1
   local tat0 = math.max(c.tat, now)
   local room = now + lease_us + c.tau - tat0 -- > 0: tat0 <= now + tau
   -- The division rounds to nearest: step back if it rounded up past an integer.

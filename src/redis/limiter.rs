@@ -248,7 +248,9 @@ impl SharedRateLimiter {
     }
 
     /// Changes the main limit's quota, live: no key is reset (keys carry no revision), and
-    /// each key keeps its fill level from its first check under the new quota.
+    /// each key keeps its fill level from its first check under the new quota. With
+    /// [`lease`](SharedRateLimiterBuilder::lease), every lease of this instance ends here
+    /// (other instances keep theirs until their own change: see there).
     ///
     /// ```
     /// # use tollgate::SharedRateLimiter;

@@ -21,8 +21,9 @@ pub(crate) struct Call<'a> {
     /// The least PX TTL, in ms.
     pub(crate) min_ttl_ms: u64,
     pub(crate) limits: &'a [(u64, u64)],
-    /// A lease to take instead of a check: at most this many cells.
-    pub(crate) lease: Option<u32>,
+    /// A lease to take instead of a check: at most this many cells, and the TAT the previous
+    /// lease of the run left if it continues one.
+    pub(crate) lease: Option<(u32, Option<u64>)>,
     /// The lease horizon (µs) of a limiter with leases, else 0: what the script lets a TAT
     /// run ahead of `now + τ`.
     pub(crate) horizon: u64,
@@ -101,7 +102,8 @@ fn command(name: &str, script: &str, call: &Call<'_>) -> redis::Cmd {
     };
     let charge = if call.charge { "1" } else { "0" };
     match (call.lease, call.horizon) {
-        (Some(cells), h) => cmd.arg(format!("L:{cells}:{h}")),
+        (Some((cells, None)), h) => cmd.arg(format!("L:{cells}:{h}")),
+        (Some((cells, Some(after))), h) => cmd.arg(format!("L:{cells}:{h}:{after}")),
         (None, 0) => cmd.arg(charge),
         (None, h) => cmd.arg(format!("{charge}:{h}")),
     };
