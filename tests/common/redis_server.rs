@@ -68,14 +68,45 @@ fn free_port() -> std::io::Result<u16> {
 
 impl Server {
     pub fn start(extra: &[&str]) -> Result<Server, String> {
-        let port = free_port().map_err(|e| format!("no free port: {e}"))?;
-        let mut s = Server {
-            child: None,
-            port,
-            extra: extra.iter().map(|s| s.to_string()).collect(),
+        // A port picked free can be picked by a test running beside this one before either
+        // server binds it: the loser exits while a PING reaches the winner. So the server is
+        // ours when it says its process id is our child's; a lost race is tried again on
+        // another port.
+        for _ in 0..8 {
+            let port = free_port().map_err(|e| format!("no free port: {e}"))?;
+            let mut s = Server {
+                child: None,
+                port,
+                extra: extra.iter().map(|s| s.to_string()).collect(),
+            };
+            s.spawn()?;
+            if s.is_ours() {
+                return Ok(s);
+            }
+            s.kill();
+        }
+        Err("every port tried was taken before redis-server could bind it".to_owned())
+    }
+
+    /// `true` if the server answering on the port is the child this `Server` started.
+    fn is_ours(&self) -> bool {
+        let Some(child) = &self.child else {
+            return false;
         };
-        s.spawn()?;
-        Ok(s)
+        let Ok(client) = redis::Client::open(self.url()) else {
+            return false;
+        };
+        let Ok(mut con) = client.get_connection_with_timeout(Duration::from_secs(2)) else {
+            return false;
+        };
+        let info: String = redis::cmd("INFO")
+            .arg("server")
+            .query(&mut con)
+            .unwrap_or_default();
+        info.lines()
+            .find_map(|l| l.trim().strip_prefix("process_id:"))
+            .and_then(|p| p.parse::<u32>().ok())
+            == Some(child.id())
     }
 
     fn spawn(&mut self) -> Result<(), String> {

@@ -133,46 +133,66 @@ impl Server {
     /// `None` (after saying why) if there is no `redis-server` and the Redis tests are
     /// skipped on purpose; a panic otherwise.
     pub fn start(test: &str, dir: Dir, args: &[String]) -> Option<Server> {
-        let port = free_port();
-        let log = dir.path().join("redis.log");
-        let args: Vec<String> = args
-            .iter()
-            .map(|a| a.replace("{port}", &port.to_string()))
-            .collect();
-        let spawned = Command::new("redis-server")
-            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .args(["--logfile", &log.to_string_lossy()])
-            .args(&args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn();
-        let child = match spawned {
-            Ok(c) => c,
-            Err(e) => {
-                if std::env::var_os("TOLLGATE_REDIS_SKIP").is_some_and(|v| v == "1") {
-                    eprintln!("SKIPPED {test}: no redis-server ({e}) (TOLLGATE_REDIS_SKIP=1)");
-                    return None;
+        // A port picked free can be picked by a test running beside this one before either
+        // server binds it: the loser exits with "Address already in use" while a connect to
+        // the port reaches the winner. So the server is ready when its own log says so, and a
+        // lost race is tried again on another port.
+        for _ in 0..8 {
+            let port = free_port();
+            let log = dir.path().join("redis.log");
+            let _ = std::fs::remove_file(&log);
+            let args: Vec<String> = args
+                .iter()
+                .map(|a| a.replace("{port}", &port.to_string()))
+                .collect();
+            let spawned = Command::new("redis-server")
+                .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+                .args(["--logfile", &log.to_string_lossy()])
+                .args(&args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn();
+            let child = match spawned {
+                Ok(c) => c,
+                Err(e) => {
+                    if std::env::var_os("TOLLGATE_REDIS_SKIP").is_some_and(|v| v == "1") {
+                        eprintln!("SKIPPED {test}: no redis-server ({e}) (TOLLGATE_REDIS_SKIP=1)");
+                        return None;
+                    }
+                    panic!(
+                        "{test}: redis-server could not be started ({e}): install it (apt-get \
+                         install redis-server, built with TLS as Debian's is), or set \
+                         TOLLGATE_REDIS_SKIP=1 to skip the Redis tests on purpose"
+                    );
                 }
-                panic!(
-                    "{test}: redis-server could not be started ({e}): install it (apt-get \
-                     install redis-server, built with TLS as Debian's is), or set \
-                     TOLLGATE_REDIS_SKIP=1 to skip the Redis tests on purpose"
-                );
+            };
+            let mut child = child;
+            let t0 = Instant::now();
+            let mut lost = false;
+            while t0.elapsed() < START {
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                if text.contains("Ready to accept connections")
+                    && TcpStream::connect(("127.0.0.1", port)).is_ok()
+                {
+                    return Some(Server { child, port, dir });
+                }
+                if let Ok(Some(status)) = child.try_wait() {
+                    let text = std::fs::read_to_string(&log).unwrap_or_default();
+                    if text.contains("Address already in use") {
+                        lost = true;
+                        break;
+                    }
+                    panic!("{test}: redis-server {args:?} exited ({status}):\n{text}");
+                }
+                std::thread::sleep(Duration::from_millis(10));
             }
-        };
-        let mut s = Server { child, port, dir };
-        let t0 = Instant::now();
-        while t0.elapsed() < START {
-            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return Some(s);
+            if !lost {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("{test}: redis-server did not listen on {port} within {START:?}");
             }
-            if let Ok(Some(status)) = s.child.try_wait() {
-                let log = std::fs::read_to_string(&log).unwrap_or_default();
-                panic!("{test}: redis-server {args:?} exited ({status}):\n{log}");
-            }
-            std::thread::sleep(Duration::from_millis(10));
         }
-        panic!("{test}: redis-server did not listen on {port} within {START:?}");
+        panic!("{test}: every port tried was taken before redis-server could bind it");
     }
 
     /// A server speaking TLS only, with the certificates of `pki`; `auth_clients` asks every
