@@ -94,9 +94,9 @@ fn a_detector_that_is_not_due_is_not_evaluated() {
 }
 
 #[test]
-fn checks_from_many_threads_close_each_sub_bucket_once() {
+fn checks_from_many_threads_are_each_counted_once_through_sub_bucket_closes() {
     // Four threads checking through several sub-bucket closes: every check is counted once,
-    // and closes keep coming (the CAS on the next close lets one thread evaluate).
+    // and closes keep coming (the CAS on the next close lets one thread evaluate each).
     let sub = Duration::from_micros(50);
     let d = detector(sub);
     let lim = KeyedRateLimiter::<u64>::builder(q("1000000000/s"))

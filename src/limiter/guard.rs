@@ -255,8 +255,7 @@ impl Hot {
             (Some(c), None) => Hot::Bare(c),
             (Some(c), Some(g)) => match g.detector_only() {
                 Some(d) if d.shared().on_fast_clock() => Hot::Detected(c, d.clone()),
-                Some(_) => Hot::Other,
-                None => Hot::Other,
+                _ => Hot::Other,
             },
             (None, _) => Hot::Other,
         }

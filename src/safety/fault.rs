@@ -393,11 +393,8 @@ impl Shared {
     /// [`observe_key`](Self::observe_key) at `now`, as [`observe_index_at`](Self::observe_index_at).
     #[inline(always)]
     pub(crate) fn observe_key_at(&self, counters: &Counters, index: usize, fp: u64, now: u64) {
-        counters.bump(index);
         self.panel.record(fp, index != ALLOWED);
-        if now >= self.next_eval.load(Ordering::Relaxed) {
-            self.evaluate_at(now);
-        }
+        self.observe_index_at(counters, index, now);
     }
 
     /// `true` if this detector runs on the fast monotonic clock, whose readings every fast

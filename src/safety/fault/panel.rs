@@ -106,21 +106,18 @@ impl Panel {
     /// k of the keys under it would remain, and evict the members above it. Fewer than k/2:
     /// double it, to sample more keys.
     ///
-    /// The keys under the threshold are counted from how many slots they fill (linear
-    /// counting: the panel is direct-mapped, so `n` keys fill `S·(1 − e^(−n/S))` of `S`
-    /// slots). A panel that starts out sampling every key thus comes down to its size at the
+    /// The keys under the threshold are counted from how many slots they fill, `members` of
+    /// them once [`close_sub`] has dropped the idle (linear counting: the panel is
+    /// direct-mapped, so `n` keys fill `S·(1 − e^(−n/S))` of `S` slots). A panel that starts out sampling every key thus comes down to its size at the
     /// first sub-bucket close when it is not saturated (10k active keys, k = 1024), and by a
     /// factor of `S·ln 2S / k` or more per close when it is, rather than by one halving per
     /// close (a minute at 10k keys, every check sampled meanwhile).
     pub(crate) fn rebalance(&self, members: usize) {
         let t = self.threshold.load(Ordering::Relaxed);
         if members > self.k {
-            let slots = self.slots.len() as f64;
-            let taken = (0..self.slots.len())
-                .filter(|&i| self.slots[i][0].load(Ordering::Relaxed) != 0)
-                .count() as f64;
+            let (slots, taken) = (self.slots.len() as f64, members as f64);
             let keys = slots * (slots / (slots - taken).max(0.5)).ln();
-            let share = (self.k as f64 / keys.max(members as f64)).min(0.5);
+            let share = (self.k as f64 / keys.max(taken)).min(0.5);
             // An f64 product, then truncated: the threshold is a sampling bound, not a count.
             let t = (t as f64 * share) as u64;
             self.threshold.store(t, Ordering::Relaxed);
@@ -364,15 +361,22 @@ mod tests {
         }
     }
 
+    /// Two fingerprints the panel places in one slot, and that slot.
+    fn two_keys_in_one_slot(panel: &Panel) -> (u64, u64, usize) {
+        let slot_of = |fp: u64| (panel.hash(fp) & panel.mask) as usize;
+        let old = 1u64;
+        let new = (2..)
+            .find(|&fp| slot_of(fp) == slot_of(old))
+            .unwrap_or_default();
+        assert_ne!(new, 0);
+        (old, new, slot_of(old))
+    }
+
     #[test]
     fn a_reused_slot_passes_none_of_its_counts_to_a_new_member() {
         let panel = Panel::new(8, 3);
         let mut members = Vec::new();
-        let slot_of = |fp: u64| (panel.hash(fp) & panel.mask) as usize;
-        let old = 1u64;
-        let new = (2..).find(|&fp| slot_of(fp) == slot_of(old)).unwrap_or(0);
-        assert_ne!(new, 0);
-        let i = slot_of(old);
+        let (old, new, i) = two_keys_in_one_slot(&panel);
         for _ in 0..1_000 {
             panel.record(old, true);
         }
@@ -405,10 +409,7 @@ mod tests {
     fn a_slot_freed_and_retaken_between_closes_starts_from_its_last_reading() {
         let panel = Panel::new(8, 3);
         let mut members = Vec::new();
-        let slot_of = |fp: u64| (panel.hash(fp) & panel.mask) as usize;
-        let old = 1u64;
-        let new = (2..).find(|&fp| slot_of(fp) == slot_of(old)).unwrap_or(0);
-        let i = slot_of(old);
+        let (old, new, i) = two_keys_in_one_slot(&panel);
         for _ in 0..1_000 {
             panel.record(old, true);
         }
