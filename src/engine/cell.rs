@@ -4,6 +4,7 @@
 use crate::sync::atomic::{AtomicU64, Ordering};
 
 use crate::engine::gcra::{self, Outcome, Params, Per};
+use crate::engine::params::STEADY_NOW;
 use crate::engine::tagged;
 use crate::engine::verdict::{
     Allowed, Denied, DenyReason, PassReason, PassThrough, Shadow, Verdict,
@@ -64,10 +65,6 @@ pub(crate) fn verdict(outcome: Outcome, p: &Params, reason: DenyReason) -> Verdi
     }
 }
 
-/// Below this clock reading (2^62 ns, about 146 years after the epoch) a [`steady_step`]
-/// cannot overflow: `now + τ + w < 3·2^62 ≤` [`gcra::MAX_TAT`].
-const STEADY_NOW: u64 = 1 << 62;
-
 /// The outcome of a [`steady_step`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Steady {
@@ -75,22 +72,26 @@ pub(crate) enum Steady {
     Allow { tat: u64, ahead: u64 },
     /// Does not conform; nothing to write.
     Deny { retry_after: u64 },
-    /// Not a steady-state step: the clamp would lower `tat` (a quota change, a clock switch)
-    /// or the clock reads 2^62 ns or more (the arithmetic could overflow). Take the general
-    /// path ([`step_within`]), which handles both.
+    /// Not a steady-state step: the clamp would lower `tat` (a quota change, a clock switch).
+    /// Take the general path ([`step_within`]), which handles it.
     Cold,
 }
 
 /// [`gcra::step`] of weight `w` on the TAT `tat` at `now` with tolerance τ, for the common
 /// case only: exactly the general step's outcome whenever it is not [`Steady::Cold`], with
-/// one compare standing in for the overflow checks. `tol ≤ τ` is the check's class tolerance
+/// no overflow check: the caller keeps `now` below [`STEADY_NOW`] (2^62 ns, about 146 years
+/// after the epoch; [`Fast::until`](crate::engine::params::Fast::until) is that bound), and
+/// then `now + τ + w < 3·2^62 ≤` [`gcra::MAX_TAT`]. `tol ≤ τ` is the check's class tolerance
 /// (τ without classes): the clamp uses τ, the step `tol`, as in [`step_within`].
 /// `w, τ ≤` [`gcra::MAX_TAU`].
 #[inline(always)]
 pub(crate) fn steady_step(tat: u64, now: u64, w: u64, tau: u64, tol: u64) -> Steady {
+    debug_assert!(now < STEADY_NOW);
     // `ahead` before this step: max(tat − now, 0). The clamp lowers `tat` iff it exceeds τ.
-    let before = tat.max(now) - now;
-    if now >= STEADY_NOW || before > tau {
+    // (A saturating subtraction, not `tat.max(now) − now`: a subtraction and a select, where
+    // the maximum is a compare, a copy and a select before its own subtraction.)
+    let before = tat.saturating_sub(now);
+    if before > tau {
         return Steady::Cold;
     }
     // before ≤ τ ≤ 2^62 and w ≤ 2^62: no overflow; tat ≤ now + τ < 2^63, so tat + w < MAX_TAT.
@@ -336,7 +337,6 @@ mod tests {
             (40, 50, 10, 10),
             (near + max, near, max, max),
             (near + max + 1, near, max, max),
-            (0, STEADY_NOW, 1, 1),
             (u64::MAX - 1, 5, 1, 10),
             (u64::MAX - 1, 5, max, max),
         ] {
@@ -351,7 +351,7 @@ mod tests {
                     Steady::Deny { retry_after } => {
                         assert_eq!(general, Outcome::Deny { retry_after });
                     }
-                    Steady::Cold => assert!(clamped < tat || now >= STEADY_NOW),
+                    Steady::Cold => assert!(clamped < tat),
                 }
             }
         }

@@ -58,7 +58,11 @@ fn epoch() -> &'static Epoch {
         let fast = quanta::Clock::new();
         let fast_origin = fast.raw();
         Epoch {
-            scale: scale_of(&fast),
+            // The fast path reads `ns − origin_nanos` without saturating (see
+            // `FastClock::wrapped`): it needs the origin below 2^62 ns of the raw clock (146
+            // years of uptime). Else quanta's conversion, as for an inexact scale.
+            scale: scale_of(&fast)
+                .filter(|&s| scaled(fast_origin, s) < crate::engine::params::STEADY_NOW),
             fast,
             fast_origin,
             os_origin: Instant::now(),
@@ -67,15 +71,62 @@ fn epoch() -> &'static Epoch {
 }
 
 /// [`Clock::monotonic`] without the dispatch, when its conversion has a fixed shift
-/// ([`scale_of`]): read exactly as that clock reads.
+/// ([`scale_of`]). The epoch's words are copied in, so a read loads nothing but them.
+///
+/// It converts the raw reading and the origin each from ticks and subtracts the two:
+/// `⌊raw·scale / 2^48⌋ − ⌊origin·scale / 2^48⌋`, where quanta's `delta_as_nanos(origin, raw)`
+/// converts the difference. The two agree to within 1 ns; this one subtracts a constant in
+/// nanoseconds after the multiply, which the fast path folds into one instruction
+/// ([`now_for_step`](Self::now_for_step)). Every reading of the fast clock in the process is
+/// this one, so all of them stay monotonic together.
 #[derive(Clone, Copy)]
-pub(crate) struct FastClock(&'static Epoch, u64);
+pub(crate) struct FastClock {
+    fast: &'static quanta::Clock,
+    /// `⌊origin·scale / 2^48⌋`: the epoch in the raw clock's nanoseconds.
+    origin_nanos: u64,
+    scale: u64,
+}
 
 impl FastClock {
+    fn of(e: &'static Epoch, scale: u64) -> Self {
+        Self {
+            fast: &e.fast,
+            origin_nanos: scaled(e.fast_origin, scale),
+            scale,
+        }
+    }
+
+    /// The reading, as [`Clock::now_nanos`]: 0 for a raw reading at or before the origin.
     #[inline(always)]
     pub(crate) fn now_nanos(self) -> u64 {
-        // quanta's `delta_as_nanos(origin, raw)`: 0 for a reading at or before the origin.
-        scaled(self.0.fast.raw().saturating_sub(self.0.fast_origin), self.1)
+        self.saturated(self.fast.raw())
+    }
+
+    /// The reading for a check's fast path: as [`now_nanos`](Self::now_nanos), but above
+    /// 2^62 for a raw reading before the origin (a TSC behind the one the epoch was read on),
+    /// so the fast path's bound ([`STEADY_NOW`](crate::engine::params::STEADY_NOW)) sends it
+    /// to the general check, whose own reading saturates to 0. No branch and no select for
+    /// the saturation.
+    ///
+    /// By reference, unlike the other reads: the scale and the origin are then read after the
+    /// call into quanta, as operands of the multiply and the subtraction, rather than loaded
+    /// into registers kept across it (2 instructions a check).
+    #[inline(always)]
+    pub(crate) fn now_for_step(&self) -> u64 {
+        let raw = self.fast.raw();
+        self.wrapped(raw)
+    }
+
+    #[inline(always)]
+    fn saturated(self, raw: u64) -> u64 {
+        scaled(raw, self.scale).saturating_sub(self.origin_nanos)
+    }
+
+    /// A raw reading before the origin wraps to `2^64 − (origin_nanos − ns)`, and the epoch
+    /// keeps the fast clock only if `origin_nanos < 2^62`: more than 2^62.
+    #[inline(always)]
+    fn wrapped(self, raw: u64) -> u64 {
+        scaled(raw, self.scale).wrapping_sub(self.origin_nanos)
     }
 }
 
@@ -172,7 +223,7 @@ impl Clock {
                 e @ Epoch {
                     scale: Some(scale), ..
                 },
-            ) => FastClock(e, *scale).now_nanos(),
+            ) => FastClock::of(e, *scale).now_nanos(),
             other => Self::now_slow(other),
         }
     }
@@ -181,7 +232,7 @@ impl Clock {
     /// read without dispatching on the source.
     pub(crate) fn fast(&self) -> Option<FastClock> {
         match &self.source {
-            Source::Fast(e) => Some(FastClock(e, e.scale?)),
+            Source::Fast(e) => Some(FastClock::of(e, e.scale?)),
             _ => None,
         }
     }
@@ -376,14 +427,48 @@ mod tests {
             }
             d = d * 3 + 1;
         }
+        // The fast clock converts the reading and the origin apart: within 1 ns of quanta's
+        // conversion of their difference, for any two readings.
+        let fast = Clock::monotonic().fast().unwrap(); // test
+        let mut x = e.fast_origin;
+        while x < u64::MAX / 4 {
+            let ours = scaled(x, scale) - fast.origin_nanos;
+            let quanta = e.fast.delta_as_nanos(e.fast_origin, x);
+            assert!(ours.abs_diff(quanta) <= 1, "{x}: {ours} {quanta}");
+            x = x.wrapping_mul(3) + 12_345;
+        }
         let before = Clock::monotonic().now_nanos();
         let raw = e.fast.raw();
         let after = Clock::monotonic().now_nanos();
         let quanta = e.fast.delta_as_nanos(e.fast_origin, raw);
         assert!(
-            before <= quanta && quanta <= after,
+            before <= quanta + 1 && quanta <= after + 1,
             "{before} {quanta} {after}"
         );
+    }
+
+    #[test]
+    fn a_fast_reading_before_the_origin_is_zero_or_past_the_fast_paths_bound() {
+        let e = epoch();
+        let scale = e.scale.unwrap(); // test
+        let fast = Clock::monotonic().fast().unwrap(); // test
+                                                       // A raw reading behind the origin, as another core's unsynchronised TSC could give.
+        assert!(fast.origin_nanos < crate::engine::params::STEADY_NOW);
+        for behind in [1, 1_000, 1 << 20, e.fast_origin] {
+            let raw = e.fast_origin - behind.min(e.fast_origin);
+            assert_eq!(fast.saturated(raw), 0);
+            let wrapped = fast.wrapped(raw);
+            assert!(
+                wrapped == 0 || wrapped > crate::engine::params::STEADY_NOW,
+                "{behind}: {wrapped}"
+            );
+        }
+        // At and after the origin the two readings are one.
+        for ahead in [0, 1, 1 << 30, 1 << 50] {
+            let raw = e.fast_origin + ahead;
+            assert_eq!(fast.wrapped(raw), fast.saturated(raw));
+        }
+        assert_eq!(scale, fast.scale);
     }
 
     #[test]

@@ -63,9 +63,11 @@ impl Verdict {
 /// An allowed check, with what is left.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Allowed {
-    /// `Requests`: the slack `τ − (tat − now)` in ns, divided by the interval `T` on demand so
-    /// the hot path does no division. `Units`: the remaining units (bytes) themselves.
-    slack: u64,
+    /// `Requests`: the tolerance the check was held to, in ns: the slack is this minus
+    /// `reset_after` (`τ − (tat − now)`), divided by the interval `T` on demand, so the hot
+    /// path does no division and no subtraction. `Units`: the remaining units (bytes)
+    /// themselves.
+    level: u64,
     reset_after: u64,
     /// `T = divisor_hi·2^32 + divisor_lo` when `kind` is `Requests` (`T < 2^48`; every
     /// quota's `T` is at most one day, below 2^47). Split so that `Allowed` is 24 bytes with
@@ -80,7 +82,7 @@ pub struct Allowed {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
 enum Remaining {
-    /// ns of slack, to divide by the divisor.
+    /// ns of tolerance, less `reset_after`, to divide by the divisor.
     Requests,
     /// Units, as they are.
     Units,
@@ -91,30 +93,25 @@ impl Allowed {
     /// `reset_after` ns.
     #[inline]
     pub(crate) fn new(slack: u64, divisor: u64, reset_after: u64) -> Self {
-        // Truncations are the intended split of a divisor below 2^48.
-        let requests = |slack, divisor: u64| Self {
-            slack,
-            reset_after,
-            divisor_lo: divisor as u32,
-            divisor_hi: (divisor >> 32) as u16,
-            kind: Remaining::Requests,
-        };
-        match divisor {
-            0 => Self::units(slack, reset_after),
-            t if t >> 48 == 0 => requests(slack, t),
-            // Never for a quota's T; divided now rather than stored inexactly.
-            t => Self::units(slack / t, reset_after),
+        match (divisor, slack.checked_add(reset_after)) {
+            (0, _) => Self::units(slack, reset_after),
+            (t, Some(level)) if t >> 48 == 0 => Self::requests(level, t, reset_after),
+            // Never for a quota's T, nor for a slack and a reset that fit a quota's clock;
+            // divided now rather than stored inexactly.
+            (t, _) => Self::units(slack / t, reset_after),
         }
     }
 
-    /// [`new`](Self::new) for a divisor `t` of the fast path: `1 ≤ t <`
-    /// [`FAST_T_LIMIT`](crate::engine::params::FAST_T_LIMIT) (2^48), stored without a test.
+    /// [`new`](Self::new) for a divisor `t` of the fast path (`1 ≤ t <`
+    /// [`FAST_T_LIMIT`](crate::engine::params::FAST_T_LIMIT), 2^48, stored without a test),
+    /// given the tolerance `level = slack + reset_after` rather than the slack.
     #[inline(always)]
-    pub(crate) fn requests(slack: u64, t: u64, reset_after: u64) -> Self {
+    pub(crate) fn requests(level: u64, t: u64, reset_after: u64) -> Self {
         debug_assert!(t != 0 && t < crate::engine::params::FAST_T_LIMIT);
+        debug_assert!(level >= reset_after);
         // Truncations are the intended split of a divisor below 2^48.
         Self {
-            slack,
+            level,
             reset_after,
             divisor_lo: t as u32,
             divisor_hi: (t >> 32) as u16,
@@ -125,7 +122,7 @@ impl Allowed {
     #[inline]
     fn units(units: u64, reset_after: u64) -> Self {
         Self {
-            slack: units,
+            level: units,
             reset_after,
             divisor_lo: 0,
             divisor_hi: 0,
@@ -137,10 +134,12 @@ impl Allowed {
     #[inline]
     pub fn remaining(&self) -> u64 {
         match self.kind {
-            Remaining::Units => self.slack,
+            Remaining::Units => self.level,
             Remaining::Requests => {
                 let t = (u64::from(self.divisor_hi) << 32) | u64::from(self.divisor_lo);
-                self.slack / t.max(1)
+                // `level ≥ reset_after` as built; saturating, so no value of these fields
+                // can panic here.
+                self.level.saturating_sub(self.reset_after) / t.max(1)
             }
         }
     }
@@ -359,5 +358,13 @@ mod tests {
             Allowed::new(u64::MAX, 1 << 50, 0).remaining(),
             u64::MAX >> 50
         );
+        // A slack and a reset whose sum overflows: divided now, nothing lost.
+        let big = Allowed::new(u64::MAX - 2, 7, 5);
+        assert_eq!(
+            (big.remaining(), big.reset_after()),
+            ((u64::MAX - 2) / 7, Duration::from_nanos(5))
+        );
+        // The fast path's form, given the tolerance: the same allowance as `new`'s.
+        assert_eq!(Allowed::requests(5 * t + 10, t, 7), a);
     }
 }

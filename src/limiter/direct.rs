@@ -6,22 +6,25 @@ use core::fmt;
 use crate::sync::Mutex;
 
 use crate::engine::cell::{self, Attempt, Padded, Steady};
-use crate::engine::check::Check;
 use crate::engine::clock::Clock;
 use crate::engine::error::InsufficientCapacity;
 use crate::engine::gcra::Params;
-use crate::engine::params::{Gate, SharedParams, Token};
+use crate::engine::params::{Fast, Gate, SharedParams, Token};
 use crate::engine::quota::Quota;
 use crate::engine::stats::{Counters, Stats, ALLOWED, DENIED_QUOTA};
 use crate::engine::verdict::{Allowed, Denied, DenyReason, PassReason, Verdict};
 use crate::limiter::guard::{self, Attached, Guard, Hot};
 use crate::safety::fault::FaultDetector;
 use crate::safety::watchdog::Watchdog;
-use crate::shaping::priority::{self, Priorities, Reserve};
+use crate::shaping::priority::{Priorities, Reserve};
 use crate::shaping::retry::RetryBudget;
 
+mod builder;
 mod refund;
 mod wait;
+mod with;
+
+pub use builder::RateLimiterBuilder;
 
 /// A rate limiter with one cell: a single TAT word, checked lock-free.
 ///
@@ -84,13 +87,13 @@ impl RateLimiter {
     #[inline(always)]
     pub fn check(&self) -> Verdict {
         match &self.hot {
-            Hot::Bare(clock) => self.step_unit(clock.now_nanos(), |i| self.counters.bump(i)),
+            Hot::Bare(clock) => self.step_unit(clock.now_for_step(), |i| self.counters.bump(i)),
             Hot::Detected(clock, d) => {
                 let d = d.shared();
                 if d.pass_reason().is_some() {
                     return self.check_general();
                 }
-                let now = clock.now_nanos();
+                let now = clock.now_for_step();
                 self.step_unit(now, |i| d.observe_index_at(&self.counters, i, now))
             }
             Hot::Other => self.check_dispatch(),
@@ -140,8 +143,8 @@ impl RateLimiter {
     ) -> R {
         // `now` is read first: the fast clock is a call into quanta, and nothing read before
         // it then has to be kept across it.
-        let (t, tau, seq) = self.params.load_request_unconfirmed();
-        if t == 0 {
+        let Fast { t, tau, until, seq } = self.params.load_fast();
+        if now >= until {
             return general();
         }
         // Unconfirmed, `t` and `τ` may come from two quotas: arithmetic only until `confirm`.
@@ -174,7 +177,7 @@ impl RateLimiter {
                     {
                         Ok(_) => {
                             count(ALLOWED);
-                            return done(Verdict::Allow(Allowed::requests(tol - ahead, t, ahead)));
+                            return done(Verdict::Allow(Allowed::requests(tol, t, ahead)));
                         }
                         Err(actual) => cur = actual,
                     }
@@ -241,7 +244,7 @@ impl RateLimiter {
                 let count = |i| self.counters.bump(i);
                 let general = || self.check_n_general(cost);
                 self.step_bare(
-                    clock.now_nanos(),
+                    clock.now_for_step(),
                     (cost, Reserve::NONE),
                     count,
                     || None,
@@ -292,110 +295,6 @@ impl RateLimiter {
                 Some(g) => self.try_guarded(g, &p, w, token),
             };
             if let Some(v) = v {
-                return Ok(v);
-            }
-        }
-    }
-
-    /// Checks with per-request arguments: cost, attempt, priority class.
-    ///
-    /// With [`Priorities`] attached, the check sees its class's tolerance; with a
-    /// [`RetryBudget`] attached, a retry (attempt ≥ 1) must fit the budget as well as the
-    /// quota; originals and retries are counted apart ([`stats`](Self::stats)). Without
-    /// classes or a budget, the class is ignored and this is [`check_n`](Self::check_n).
-    ///
-    /// # Errors
-    ///
-    /// [`InsufficientCapacity`] if the cost exceeds the burst, or the capacity of its class.
-    ///
-    /// ```
-    /// use tollgate::{Check, ManualClock, Priorities, RateLimiter};
-    ///
-    /// let lim = RateLimiter::builder("100/s".parse()?)
-    ///     .clock(ManualClock::new())
-    ///     .priorities(Priorities::new([(1, 0.5)])?)
-    ///     .build();
-    /// assert!(lim.check_with(Check::cost(50).class(1))?.is_permitted());
-    /// assert!(!lim.check_with(Check::cost(1).class(1))?.is_permitted());
-    /// assert!(lim.check_with(Check::cost(50))?.is_permitted()); // class 0: the reserve
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    #[inline]
-    pub fn check_with(&self, check: Check) -> Result<Verdict, InsufficientCapacity> {
-        match &self.guard {
-            None => {
-                let v = self.check_n(check.units())?;
-                if check.attempt_number() > 0 && check.units() > 0 {
-                    self.counters.retry(v.is_permitted());
-                }
-                Ok(v)
-            }
-            Some(g) => self.check_attached(g, check),
-        }
-    }
-
-    /// [`check_with`](Self::check_with) with something attached: the class's tolerance, the
-    /// retry budget (peek, step, debit), the counts.
-    #[inline(never)]
-    fn check_attached(&self, g: &Guard, check: Check) -> Result<Verdict, InsufficientCapacity> {
-        let retry = check.attempt_number() > 0;
-        let now = g.now(&self.clock);
-        if g.pass_reason(now).is_some() {
-            return self.check_attached_general(g, check);
-        }
-        // In steady state: the class's tolerance, the budget's peek once the cost is known to
-        // fit, the step, the counts — as below, without the full parameter set.
-        let observe = |v: Verdict| {
-            g.observe(&self.counters, &v, None, retry, || now);
-            Ok(v)
-        };
-        let over_budget = || match retry {
-            true => Some(observe(g.over_budget(now)?)),
-            false => None,
-        };
-        let reserve = g.reserve(check.priority_class());
-        let general = || self.check_attached_general(g, check);
-        self.step_bare(
-            now,
-            (check.units(), reserve),
-            |_| {},
-            over_budget,
-            observe,
-            general,
-        )
-    }
-
-    /// [`check_attached`](Self::check_attached) past the steady-state step.
-    #[inline(never)]
-    fn check_attached_general(
-        &self,
-        g: &Guard,
-        check: Check,
-    ) -> Result<Verdict, InsufficientCapacity> {
-        let retry = check.attempt_number() > 0;
-        loop {
-            let (p, token) = self.resolve();
-            let tol = g.reserve(check.priority_class()).tolerance(&p);
-            let w = priority::weight_within(&p, check.units(), tol)?;
-            let now = g.now(&self.clock);
-            if w == 0 {
-                let Some(tat) = self.tat_under(token) else {
-                    continue;
-                };
-                let within = p.within(tol);
-                return Ok(cell::evaluate(tat, now, &within, 0, DenyReason::Quota));
-            }
-            let a = Attempt { now, p: &p, w };
-            let v = match (
-                retry.then(|| g.over_budget(now)).flatten(),
-                g.pass_reason(now),
-            ) {
-                (Some(denied), _) => Some(denied),
-                (None, None) => self.try_raw(a, tol, token),
-                (None, Some(reason)) => self.try_passing(g, a, tol, reason, token),
-            };
-            if let Some(v) = v {
-                g.observe(&self.counters, &v, None, retry, || now);
                 return Ok(v);
             }
         }
@@ -587,66 +486,5 @@ impl fmt::Debug for RateLimiter {
             .field("ahead_ns", &tat.saturating_sub(now))
             .field("clock", &self.clock)
             .finish()
-    }
-}
-
-/// Builds a [`RateLimiter`].
-#[derive(Debug)]
-#[must_use = "call .build() to get the limiter"]
-pub struct RateLimiterBuilder {
-    quota: Quota,
-    clock: Clock,
-    attached: Attached,
-}
-
-impl RateLimiterBuilder {
-    /// The clock to read on every check (default: [`Clock::monotonic`]). Pass a
-    /// [`ManualClock`](crate::ManualClock) in tests.
-    pub fn clock(mut self, clock: impl Into<Clock>) -> Self {
-        self.clock = clock.into();
-        self
-    }
-
-    /// Attaches a fault detector: deny anomalies turn into pass-throughs, and every check is
-    /// counted ([`FaultDetector::stats`]). One detector per limiter.
-    pub fn detector(mut self, detector: FaultDetector) -> Self {
-        self.attached.detector = Some(detector);
-        self
-    }
-
-    /// Attaches a clock watchdog. The limiter then reads the watchdog's clocks (its fast
-    /// clock, or its reference after a fault) instead of [`clock`](Self::clock).
-    pub fn watchdog(mut self, watchdog: Watchdog) -> Self {
-        self.attached.watchdog = Some(watchdog);
-        self
-    }
-
-    /// Attaches priority classes: each class keeps a share of the burst for the classes
-    /// above it ([`Priorities`]). Choose the class with [`Check::class`].
-    pub fn priorities(mut self, priorities: Priorities) -> Self {
-        self.attached.priorities = Some(priorities);
-        self
-    }
-
-    /// Attaches a retry budget: retries ([`Check::attempt`] ≥ 1) may add only a share of the
-    /// originals ([`RetryBudget`]). One budget per limiter.
-    pub fn retry_budget(mut self, budget: RetryBudget) -> Self {
-        self.attached.budget = Some(budget);
-        self
-    }
-
-    /// Builds the limiter, starting full (a whole burst is available).
-    pub fn build(self) -> RateLimiter {
-        let counters = Counters::new();
-        let guard = Guard::boxed(self.attached, &counters);
-        RateLimiter {
-            hot: Hot::new(&self.clock, guard.as_deref()),
-            cell: Padded(DirectCell::default()),
-            params: SharedParams::new(self.quota.params()),
-            quota: Mutex::new(self.quota),
-            clock: self.clock,
-            counters,
-            guard,
-        }
     }
 }

@@ -23,14 +23,14 @@ macro_rules! one_unit {
         match &lim.hot {
             Hot::Bare(clock) => {
                 let count = table::Bump(&lim.counters);
-                lim.step_steady(fp, clock.now_nanos(), count, general)
+                lim.step_steady(fp, clock.now_for_step(), count, general)
             }
             Hot::Detected(clock, d) => {
                 let d = d.shared();
                 if d.pass_reason().is_some() {
                     return general();
                 }
-                let now = clock.now_nanos();
+                let now = clock.now_for_step();
                 let count = table::ObservedAt {
                     detector: d,
                     counters: &lim.counters,

@@ -10,7 +10,7 @@ use crate::engine::cell::{self, Attempt, Steady, TOMBSTONE};
 use crate::engine::check::Check;
 use crate::engine::error::InsufficientCapacity;
 use crate::engine::gcra::Params;
-use crate::engine::params::{Gate, SharedParams, Snapshot, Token};
+use crate::engine::params::{Fast, Gate, SharedParams, Snapshot, Token};
 use crate::engine::stats::{Counters, ALLOWED, DENIED_QUOTA};
 use crate::engine::tagged;
 use crate::engine::verdict::{Allowed, Denied, DenyReason, PassReason, Verdict};
@@ -34,8 +34,8 @@ impl<K> KeyedRateLimiter<K> {
         count: impl Tally,
         general: impl FnOnce() -> Verdict,
     ) -> Verdict {
-        let (t, tau, seq) = self.params.load_request_unconfirmed();
-        if t == 0 {
+        let Fast { t, tau, until, seq } = self.params.load_fast();
+        if now >= until {
             return general();
         }
         let Some(slot) = self.table.find_slot(fp) else {
@@ -67,7 +67,7 @@ impl<K> KeyedRateLimiter<K> {
                     match cas {
                         Ok(_) => {
                             count.tally(ALLOWED);
-                            return Verdict::Allow(Allowed::requests(tau - ahead, t, ahead));
+                            return Verdict::Allow(Allowed::requests(tau, t, ahead));
                         }
                         Err(actual) => raw = actual,
                     }

@@ -4,8 +4,9 @@
 //! # How a change reaches every cell
 //!
 //! `set_quota` is rare and serialised by the limiter; checks are not. A change must rescale
-//! each cell's TAT to the new tolerance ([`gcra::rescale`]) exactly once, and a check must
-//! never apply one quota's parameters to a TAT written under the other's — that is how a
+//! each cell's TAT to the new tolerance
+//! ([`gcra::rescale`](crate::engine::gcra::rescale)) exactly once, and a check must never
+//! apply one quota's parameters to a TAT written under the other's — that is how a
 //! racing check used to wipe debt built under a new quota. So:
 //!
 //! 1. [`SharedParams::begin`] publishes the new parameters *together with the previous ones*,
@@ -23,16 +24,18 @@
 //! one check per thread in flight, the bound the engine promises for a change.
 //!
 //! A bare direct check in steady state reads the snapshot's `T` and τ without the sequence
-//! lock's own re-read ([`SharedParams::load_request_unconfirmed`]) and re-validates once, after
+//! lock's own re-read ([`SharedParams::load_fast`]) and re-validates once, after
 //! loading the TAT word ([`SharedParams::confirm`]): one re-read of the sequence number proves
 //! both that the words were consistent and that no change began before the TAT was read.
 
 use crate::sync::atomic::{fence, AtomicU64, Ordering};
 use crate::sync::spin_loop;
 
-use crate::engine::cell::TOMBSTONE;
-use crate::engine::gcra::{self, Params, Per};
-use crate::engine::tagged;
+use crate::engine::gcra::{Params, Per};
+
+mod gate;
+
+pub(crate) use gate::{Gate, Token};
 
 /// The fast path's `T` is below this (every quota's `T` is, at most a day; a larger one
 /// would take the general path), so its verdict stores `T` in 48 bits without a test
@@ -56,10 +59,41 @@ const SET: usize = 6;
 /// | `13` | the generation: how many changes have begun |
 ///
 /// `seq` names the copy in force (`copies[seq & 1]`) and versions the whole snapshot.
+///
+/// The fast path's three words are also kept apart, one array per word indexed by copy
+/// (`fast_t[seq & 1]`, …), so a check reaches each with one load and no multiply:
+///
+/// | word | meaning |
+/// |---|---|
+/// | `fast_t[i]` | word `0` of `copies[i]` |
+/// | `fast_tau[i]` | τ of the parameters in force |
+/// | `steady_until[i]` | [`STEADY_NOW`] when `fast_t[i]` is not 0, else 0: the fast path applies to a clock reading below it, so one compare both keeps its arithmetic from overflowing and sends byte budgets and changes to the general path |
 #[derive(Debug)]
 pub(crate) struct SharedParams {
     seq: AtomicU64,
+    fast_t: [AtomicU64; 2],
+    fast_tau: [AtomicU64; 2],
+    steady_until: [AtomicU64; 2],
     copies: [[AtomicU64; 14]; 2],
+}
+
+/// Below this clock reading (2^62 ns, about 146 years after the epoch) a steady step cannot
+/// overflow (see [`cell::steady_step`](crate::engine::cell::steady_step)).
+pub(crate) const STEADY_NOW: u64 = 1 << 62;
+
+/// The fast path's words of one copy, read by
+/// [`SharedParams::load_fast`] before they are confirmed.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Fast {
+    /// `T`.
+    pub(crate) t: u64,
+    /// τ.
+    pub(crate) tau: u64,
+    /// The fast path applies only to a clock reading below this: [`STEADY_NOW`] for a request
+    /// quota in steady state, 0 for a byte budget or during a change.
+    pub(crate) until: u64,
+    /// The sequence number, for [`SharedParams::confirm`].
+    pub(crate) seq: u64,
 }
 
 /// One consistent reading of [`SharedParams`].
@@ -78,8 +112,13 @@ pub(crate) struct Snapshot {
 impl SharedParams {
     pub(crate) fn new(params: Params) -> Self {
         let words = encode(params, None, 0);
+        let [t, tau, until] = fast_words(&words);
+        let pair = |w: u64| [AtomicU64::new(w), AtomicU64::new(w)];
         Self {
             seq: AtomicU64::new(0),
+            fast_t: pair(t),
+            fast_tau: pair(tau),
+            steady_until: pair(until),
             copies: [words.map(AtomicU64::new), words.map(AtomicU64::new)],
         }
     }
@@ -105,35 +144,37 @@ impl SharedParams {
         }
     }
 
-    /// The hot path of a direct check, in two halves around the load of the TAT word:
-    /// `(T, τ, seq)` read without the sequence lock's own re-read, which
+    /// The hot path of a direct check, in two halves around the load of the TAT word: the
+    /// fast words read without the sequence lock's own re-read, which
     /// [`confirm`](Self::confirm) does once for both purposes — the words are consistent, and
-    /// no change was published before the TAT word was loaded. `T` is 0 for a byte budget or
-    /// during a change. Until confirmed, `T` and `τ` may come from two different quotas; each
-    /// is still some quota's (both at most [`gcra::MAX_TAU`], `T` below [`FAST_T_LIMIT`]), so
-    /// arithmetic on them cannot overflow, but nothing may be written on their strength.
+    /// no change was published before the TAT word was loaded. [`Fast::until`] is 0 for a
+    /// byte budget or during a change. Until confirmed, `T` and τ may come from two different
+    /// quotas; each is still some quota's (both at most
+    /// [`MAX_TAU`](crate::engine::gcra::MAX_TAU), `T` below [`FAST_T_LIMIT`]), so arithmetic
+    /// on them cannot overflow, but nothing may be written on their strength.
     #[inline(always)]
-    pub(crate) fn load_request_unconfirmed(&self) -> (u64, u64, u64) {
+    pub(crate) fn load_fast(&self) -> Fast {
         // Acquire: pairs with the writer's Release, so the copy read below is complete.
         let seq = self.seq.load(Ordering::Acquire);
-        let c = &self.copies[(seq & 1) as usize];
+        let i = (seq & 1) as usize;
         // Relaxed: validated by `confirm`, after its fence.
-        (
-            c[0].load(Ordering::Relaxed),
-            c[2].load(Ordering::Relaxed),
+        Fast {
+            t: self.fast_t[i].load(Ordering::Relaxed),
+            tau: self.fast_tau[i].load(Ordering::Relaxed),
+            until: self.steady_until[i].load(Ordering::Relaxed),
             seq,
-        )
+        }
     }
 
     /// The burst of the copy `seq` names, unconfirmed as
-    /// [`load_request_unconfirmed`](Self::load_request_unconfirmed)'s words.
+    /// [`load_fast`](Self::load_fast)'s words.
     #[inline(always)]
     pub(crate) fn burst_unconfirmed(&self, seq: u64) -> u64 {
         self.copies[(seq & 1) as usize][3].load(Ordering::Relaxed)
     }
 
     /// `true` if nothing was published since `seq` was read by
-    /// [`load_request_unconfirmed`](Self::load_request_unconfirmed). Call it after the Acquire
+    /// [`load_fast`](Self::load_fast). Call it after the Acquire
     /// load of the TAT word: the words read with `seq` are then consistent, and the word is in
     /// their scale (as [`unchanged`](Self::unchanged)).
     #[inline(always)]
@@ -216,7 +257,12 @@ impl SharedParams {
         fence(Ordering::Release);
         let seq = self.seq.load(Ordering::Relaxed);
         let next = seq.wrapping_add(1);
-        for (word, value) in self.copies[(next & 1) as usize].iter().zip(words) {
+        let i = (next & 1) as usize;
+        let fast = [&self.fast_t[i], &self.fast_tau[i], &self.steady_until[i]];
+        for (word, value) in fast.into_iter().zip(fast_words(&words)) {
+            word.store(value, Ordering::Relaxed);
+        }
+        for (word, value) in self.copies[i].iter().zip(words) {
             word.store(value, Ordering::Relaxed);
         }
         // Release: a reader that sees `next` sees every word written above.
@@ -246,6 +292,13 @@ fn encode(cur: Params, prev: Option<Params>, gen: u64) -> [u64; 14] {
     ]
 }
 
+/// The fast path's words of a copy: `T` (0 when the fast path steps aside), τ, and the
+/// reading it applies below.
+fn fast_words(words: &[u64; 14]) -> [u64; 3] {
+    let until = if words[0] != 0 { STEADY_NOW } else { 0 };
+    [words[0], words[2], until]
+}
+
 #[inline]
 fn decode(w: &[AtomicU64]) -> Params {
     let t = w[0].load(Ordering::Relaxed);
@@ -263,167 +316,6 @@ fn decode(w: &[AtomicU64]) -> Params {
         per,
         tau: w[1].load(Ordering::Relaxed),
         burst: w[2].load(Ordering::Relaxed),
-    }
-}
-
-/// The generation a group of TAT words is in: `2g` once rescaled to generation `g`, `2g − 1`
-/// while being rescaled to it. Written only by the (serialised) change; read by checks only
-/// while a change is in progress.
-#[derive(Debug, Default)]
-pub(crate) struct Gate(AtomicU64);
-
-/// What a check read before its TAT word, to re-validate after it.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Token {
-    seq: u64,
-    /// The gate's value, if the check had to read it (during a change).
-    gate: Option<u64>,
-}
-
-impl Token {
-    /// A token for a steady-state snapshot (the gate need not be read).
-    #[inline]
-    pub(crate) fn steady(seq: u64) -> Self {
-        Self { seq, gate: None }
-    }
-
-    /// `true` if the parameters chosen with this token still apply to the words behind
-    /// `gate`. Call after an Acquire load of such a word.
-    #[inline]
-    pub(crate) fn still_valid(&self, params: &SharedParams, gate: &Gate) -> bool {
-        params.unchanged(self.seq)
-            && self
-                .gate
-                .is_none_or(|g| gate.0.load(Ordering::Acquire) == g)
-    }
-}
-
-impl Gate {
-    /// The parameters that apply to the words behind this gate under `snap`, and the token to
-    /// re-validate them with. In steady state that is `snap.cur` and no gate read; during a
-    /// change it waits while this group is being rescaled (a few hundred nanoseconds: the
-    /// change holds no lock a check needs, but a group's words must move together).
-    #[inline]
-    pub(crate) fn resolve(&self, snap: &Snapshot) -> (Params, Token) {
-        let Some(prev) = snap.prev else {
-            return (snap.cur, Token::steady(snap.seq));
-        };
-        self.resolve_changing(snap, prev)
-    }
-
-    #[cold]
-    fn resolve_changing(&self, snap: &Snapshot, prev: Params) -> (Params, Token) {
-        let mut spins = 0u32;
-        loop {
-            let g = self.0.load(Ordering::Acquire);
-            if g & 1 == 0 {
-                // 2·gen: rescaled; anything older: still in the previous generation's scale.
-                let p = if g == snap.gen.wrapping_mul(2) {
-                    snap.cur
-                } else {
-                    prev
-                };
-                return (
-                    p,
-                    Token {
-                        seq: snap.seq,
-                        gate: Some(g),
-                    },
-                );
-            }
-            spins += 1;
-            if spins < 64 {
-                spin_loop();
-            } else {
-                crate::sync::yield_now();
-            }
-        }
-    }
-
-    /// The change side: rescales `words` (TAT words of this group, each with its owner's mask
-    /// — see [`tagged`](crate::engine::tagged); tombstones are skipped) from `old` to `new` at
-    /// `now`, and marks the group as in generation `gen`. The caller
-    /// serialises changes and holds whatever lock orders inserts into this group.
-    pub(crate) fn rescale<'a>(
-        &self,
-        gen: u64,
-        words: impl IntoIterator<Item = (&'a AtomicU64, u64)>,
-        old: &Params,
-        new: &Params,
-        now: u64,
-    ) {
-        // Odd while the words move. Relaxed store, then a Release fence: a reader whose Acquire
-        // load of a word sees a rescaled value then sees the odd (or final) gate value.
-        self.0
-            .store(gen.wrapping_mul(2).wrapping_sub(1), Ordering::Relaxed);
-        fence(Ordering::Release);
-        for (word, mask) in words {
-            rescale_word(word, mask, old.tau, new.tau, now);
-        }
-        // Release: a reader that sees the final value sees every rescaled word.
-        self.0.store(gen.wrapping_mul(2), Ordering::Release);
-    }
-
-    /// The generation-`gen` mark, for a group created during (or after) that generation.
-    pub(crate) fn mark(&self, gen: u64) {
-        self.0.store(gen.wrapping_mul(2), Ordering::Release);
-    }
-
-    /// Waits until this group's words are in generation `gen`'s scale (or a later one): for
-    /// the rare check whose cost fits the new quota but not the previous one, on a group the
-    /// change has not reached yet. The change rescales group by group without waiting for
-    /// checks, so this ends.
-    #[cold]
-    pub(crate) fn wait_for(&self, gen: u64) {
-        let mut spins = 0u32;
-        while self
-            .0
-            .load(Ordering::Acquire)
-            .wrapping_sub(gen.wrapping_mul(2))
-            > u64::MAX / 2
-        {
-            spins += 1;
-            if spins < 64 {
-                spin_loop();
-            } else {
-                crate::sync::yield_now();
-            }
-        }
-    }
-
-    /// `true` if this group's words are in generation `gen`'s scale (for writers that hold the
-    /// lock the change takes per group).
-    pub(crate) fn is_at(&self, gen: u64) -> bool {
-        self.0.load(Ordering::Acquire) == gen.wrapping_mul(2)
-    }
-
-    /// `true` if this group's words and `other`'s are in the same generation's scale, so a
-    /// TAT may move from one to the other as it is (for writers that hold the lock the change
-    /// takes per group).
-    pub(crate) fn same_generation(&self, other: &Gate) -> bool {
-        self.0.load(Ordering::Acquire) == other.0.load(Ordering::Acquire)
-    }
-}
-
-/// Rescales one TAT word, stored under `mask`, to a new tolerance at `now` (see
-/// [`gcra::rescale`]), racing checks with compare-and-swap: every check that lands first is
-/// rescaled with the rest.
-pub(crate) fn rescale_word(word: &AtomicU64, mask: u64, tau_old: u64, tau_new: u64, now: u64) {
-    let mut raw = word.load(Ordering::Acquire);
-    loop {
-        if raw == TOMBSTONE {
-            return;
-        }
-        let cur = tagged::decode(raw, mask);
-        let next = gcra::rescale(cur, now, tau_old, tau_new);
-        if next == cur {
-            return;
-        }
-        let next = tagged::encode(next, mask);
-        match word.compare_exchange_weak(raw, next, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => return,
-            Err(actual) => raw = actual,
-        }
     }
 }
 
@@ -448,7 +340,8 @@ mod tests {
         );
         let slow = SharedParams::new(req(FAST_T_LIMIT, 2));
         assert!(slow.load_request().is_none());
-        assert_eq!(slow.load_request_unconfirmed().0, 0);
+        assert_eq!(slow.load_fast().until, 0);
+        assert_eq!(fast.load_fast().until, STEADY_NOW);
         assert_eq!(slow.load().cur.per, Per::Request { t: FAST_T_LIMIT });
     }
 
@@ -474,6 +367,7 @@ mod tests {
         let s = shared.load();
         assert_eq!((s.cur, s.prev, s.gen), (bytes, Some(r), 1));
         assert_eq!(shared.load_request(), None, "no fast path during a change");
+        assert_eq!(shared.load_fast().until, 0, "no fast path during a change");
         shared.finish();
         let s = shared.load();
         assert_eq!((s.cur, s.prev, s.gen), (bytes, None, 1));
@@ -482,6 +376,16 @@ mod tests {
             None,
             "a byte budget has no fast path"
         );
+        assert_eq!(
+            shared.load_fast().until,
+            0,
+            "a byte budget has no fast path"
+        );
+        // Back to a request quota: the fast path's words are the new quota's.
+        shared.begin(r);
+        shared.finish();
+        let f = shared.load_fast();
+        assert_eq!((f.t, f.tau, f.until), (7, 70, STEADY_NOW));
     }
 
     #[test]

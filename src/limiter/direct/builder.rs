@@ -1,0 +1,76 @@
+//! [`RateLimiterBuilder`]: the clock and what a [`RateLimiter`] carries.
+
+use crate::sync::Mutex;
+
+use super::{DirectCell, RateLimiter};
+use crate::engine::cell::Padded;
+use crate::engine::clock::Clock;
+use crate::engine::params::SharedParams;
+use crate::engine::quota::Quota;
+use crate::engine::stats::Counters;
+use crate::limiter::guard::{Attached, Guard, Hot};
+use crate::safety::fault::FaultDetector;
+use crate::safety::watchdog::Watchdog;
+use crate::shaping::priority::Priorities;
+use crate::shaping::retry::RetryBudget;
+
+/// Builds a [`RateLimiter`].
+#[derive(Debug)]
+#[must_use = "call .build() to get the limiter"]
+pub struct RateLimiterBuilder {
+    pub(super) quota: Quota,
+    pub(super) clock: Clock,
+    pub(super) attached: Attached,
+}
+
+impl RateLimiterBuilder {
+    /// The clock to read on every check (default: [`Clock::monotonic`]). Pass a
+    /// [`ManualClock`](crate::ManualClock) in tests.
+    pub fn clock(mut self, clock: impl Into<Clock>) -> Self {
+        self.clock = clock.into();
+        self
+    }
+
+    /// Attaches a fault detector: deny anomalies turn into pass-throughs, and every check is
+    /// counted ([`FaultDetector::stats`]). One detector per limiter.
+    pub fn detector(mut self, detector: FaultDetector) -> Self {
+        self.attached.detector = Some(detector);
+        self
+    }
+
+    /// Attaches a clock watchdog. The limiter then reads the watchdog's clocks (its fast
+    /// clock, or its reference after a fault) instead of [`clock`](Self::clock).
+    pub fn watchdog(mut self, watchdog: Watchdog) -> Self {
+        self.attached.watchdog = Some(watchdog);
+        self
+    }
+
+    /// Attaches priority classes: each class keeps a share of the burst for the classes
+    /// above it ([`Priorities`]). Choose the class with [`Check::class`](crate::Check::class).
+    pub fn priorities(mut self, priorities: Priorities) -> Self {
+        self.attached.priorities = Some(priorities);
+        self
+    }
+
+    /// Attaches a retry budget: retries ([`Check::attempt`](crate::Check::attempt) ≥ 1) may add only a share of the
+    /// originals ([`RetryBudget`]). One budget per limiter.
+    pub fn retry_budget(mut self, budget: RetryBudget) -> Self {
+        self.attached.budget = Some(budget);
+        self
+    }
+
+    /// Builds the limiter, starting full (a whole burst is available).
+    pub fn build(self) -> RateLimiter {
+        let counters = Counters::new();
+        let guard = Guard::boxed(self.attached, &counters);
+        RateLimiter {
+            hot: Hot::new(&self.clock, guard.as_deref()),
+            cell: Padded(DirectCell::default()),
+            params: SharedParams::new(self.quota.params()),
+            quota: Mutex::new(self.quota),
+            clock: self.clock,
+            counters,
+            guard,
+        }
+    }
+}
