@@ -1,5 +1,6 @@
 //! What a check returns: allow, deny with an exact retry-after, or pass-through with a reason.
 
+use core::fmt;
 use core::time::Duration;
 
 const NANOS_PER_SEC: u64 = 1_000_000_000;
@@ -61,7 +62,18 @@ impl Verdict {
 }
 
 /// An allowed check, with what is left.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+///
+/// Its `Debug` output shows what the accessors return, not how it is stored:
+///
+/// ```
+/// use tollgate::{ManualClock, RateLimiter};
+///
+/// let lim = RateLimiter::builder("10/s;burst=5".parse()?).clock(ManualClock::new()).build();
+/// let a = lim.check().allowed().unwrap();
+/// assert_eq!(format!("{a:?}"), "Allowed { remaining: 4, reset_after: 100ms }");
+/// # Ok::<(), tollgate::QuotaError>(())
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Allowed {
     /// `Requests`: the tolerance the check was held to, in ns: the slack is this minus
     /// `reset_after` (`τ − (tat − now)`), divided by the interval `T` on demand, so the hot
@@ -148,6 +160,15 @@ impl Allowed {
     #[inline]
     pub fn reset_after(&self) -> Duration {
         Duration::from_nanos(self.reset_after)
+    }
+}
+
+impl fmt::Debug for Allowed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Allowed")
+            .field("remaining", &self.remaining())
+            .field("reset_after", &self.reset_after())
+            .finish()
     }
 }
 
