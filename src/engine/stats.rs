@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use crate::sync::Mutex;
 
-use crate::engine::cell::Padded;
 use crate::engine::verdict::{DenyReason, PassReason, Shadow, Verdict};
 
 /// Counts of checks by outcome, as a metrics exporter reads them.
@@ -172,6 +171,11 @@ pub(crate) const PASSED_SHADOW: usize = 13;
 pub(crate) const ADMISSIONS_REFUSED: usize = 14;
 pub(crate) const COUNTERS: usize = 15;
 
+/// Words per stripe: the counters, padded to 128 bytes (two cache lines, as `Padded`) so two
+/// threads never write one line.
+const STRIDE: usize = 16;
+const _: () = assert!(COUNTERS <= STRIDE);
+
 /// Stripes owned by one thread each: written with a plain load and store, no locked
 /// instruction.
 #[cfg(not(loom))]
@@ -200,13 +204,20 @@ const SHARED: usize = 1;
 pub(crate) struct Counters {
     /// A fixed-size array, so indexing an owned stripe needs no length load or bounds check.
     /// Behind an `Arc` (one pointer, like a `Box`) so a detector can read them too.
-    stripes: Arc<[Padded<[AtomicU64; COUNTERS]>; OWNED + SHARED]>,
+    stripes: Arc<Stripes>,
 }
+
+/// The stripes, one flat array of words, stripe `s` at words `s·STRIDE ..`: a thread keeps
+/// its stripe's first word index ([`Local::at`]), so a count is one indexed increment, with
+/// no multiply by the stripe's size.
+#[derive(Debug)]
+#[repr(align(128))]
+struct Stripes([AtomicU64; (OWNED + SHARED) * STRIDE]);
 
 impl Counters {
     pub(crate) fn new() -> Self {
         Self {
-            stripes: Arc::new(std::array::from_fn(|_| Padded(Default::default()))),
+            stripes: Arc::new(Stripes(std::array::from_fn(|_| AtomicU64::new(0)))),
         }
     }
 
@@ -246,18 +257,14 @@ impl Counters {
     #[inline]
     pub(crate) fn record(&self, v: &Verdict, every: u32) -> bool {
         let (index, shadow_denied) = classify(v);
-        let (slot, due) = LOCAL.with(|l| {
+        let (at, due) = LOCAL.with(|l| {
             let n = l.ticks[Ticker::Detector as usize].get().wrapping_add(1);
             l.ticks[Ticker::Detector as usize].set(n);
-            (l.slot.get(), n & (every - 1) == 0)
+            (l.at.get(), n & (every - 1) == 0)
         });
-        let slot = if slot == UNCLAIMED {
-            claim_slot()
-        } else {
-            slot
-        };
-        let stripe = &self.stripes[slot].0;
-        if slot < OWNED {
+        let at = if at == UNCLAIMED { claim_slot() } else { at };
+        let stripe = &self.stripes.0[at..at + COUNTERS];
+        if at < OWNED * STRIDE {
             bump_owned(&stripe[index]);
             if shadow_denied {
                 bump_owned(&stripe[SHADOW_DENIED]);
@@ -275,15 +282,15 @@ impl Counters {
     /// is never one).
     #[inline(always)]
     pub(crate) fn record_index(&self, index: usize, every: u32) -> bool {
-        let (slot, due) = LOCAL.with(|l| {
+        let (at, due) = LOCAL.with(|l| {
             let n = l.ticks[Ticker::Detector as usize].get().wrapping_add(1);
             l.ticks[Ticker::Detector as usize].set(n);
-            (l.slot.get(), n & (every - 1) == 0)
+            (l.at.get(), n & (every - 1) == 0)
         });
-        if slot < OWNED {
-            bump_owned(&self.stripes[slot].0[index]);
+        if at < OWNED * STRIDE {
+            bump_owned(&self.stripes.0[at + index]);
         } else {
-            self.bump_unowned(slot, index);
+            self.bump_unowned(at, index);
         }
         due
     }
@@ -311,13 +318,14 @@ impl Counters {
     /// Counts one more in counter `index` (no verdict, no tick).
     #[inline(always)]
     pub(crate) fn bump(&self, index: usize) {
-        let slot = LOCAL.with(|l| l.slot.get());
+        debug_assert!(index < COUNTERS);
+        let at = LOCAL.with(|l| l.at.get());
         // An owned stripe (every thread but the 65th alive at once, after its first check):
         // one thread-local load, one compare, one plain increment.
-        if slot < OWNED {
-            bump_owned(&self.stripes[slot].0[index]);
+        if at < OWNED * STRIDE {
+            bump_owned(&self.stripes.0[at + index]);
         } else {
-            self.bump_unowned(slot, index);
+            self.bump_unowned(at, index);
         }
     }
 
@@ -325,17 +333,13 @@ impl Counters {
     /// shares a stripe.
     #[cold]
     #[inline(never)]
-    fn bump_unowned(&self, slot: usize, index: usize) {
-        let slot = if slot == UNCLAIMED {
-            claim_slot()
+    fn bump_unowned(&self, at: usize, index: usize) {
+        let at = if at == UNCLAIMED { claim_slot() } else { at };
+        let word = &self.stripes.0[at + index];
+        if at < OWNED * STRIDE {
+            bump_owned(word);
         } else {
-            slot
-        };
-        let stripe = &self.stripes[slot];
-        if slot < OWNED {
-            bump_owned(&stripe.0[index]);
-        } else {
-            stripe.0[index].fetch_add(1, Ordering::Relaxed);
+            word.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -347,8 +351,8 @@ impl Counters {
     /// The sums over all stripes.
     pub(crate) fn sum(&self) -> [u64; COUNTERS] {
         let mut total = [0u64; COUNTERS];
-        for stripe in self.stripes.iter() {
-            for (t, c) in total.iter_mut().zip(stripe.0.iter()) {
+        for stripe in self.stripes.0.chunks_exact(STRIDE) {
+            for (t, c) in total.iter_mut().zip(stripe) {
                 *t = t.wrapping_add(c.load(Ordering::Relaxed));
             }
         }
@@ -367,8 +371,9 @@ const UNCLAIMED: usize = usize::MAX;
 /// Per-thread state read on every check: one thread-local without a destructor, so an access
 /// is a plain load.
 struct Local {
-    /// This thread's stripe (`UNCLAIMED` before its first check).
-    slot: Cell<usize>,
+    /// The index of this thread's stripe's first word: `stripe · STRIDE` (`UNCLAIMED` before
+    /// its first check).
+    at: Cell<usize>,
     /// Tick counters, one per [`Ticker`].
     ticks: [Cell<u32>; 2],
 }
@@ -376,7 +381,7 @@ struct Local {
 crate::sync::thread_locals! {
     static LOCAL: Local = const {
         Local {
-            slot: Cell::new(UNCLAIMED),
+            at: Cell::new(UNCLAIMED),
             ticks: [Cell::new(0), Cell::new(0)],
         }
     };
@@ -398,7 +403,7 @@ impl Drop for Release {
         // each run starts with fresh ones: nothing to hand back.
         if slot < OWNED && cfg!(not(loom)) {
             // Checks run by later thread-local destructors use a shared stripe from now on.
-            let _ = LOCAL.try_with(|l| l.slot.set(OWNED));
+            let _ = LOCAL.try_with(|l| l.at.set(OWNED * STRIDE));
             // The mutex orders this thread's last increments before the next owner's first.
             FREE_SLOTS.lock().push(slot);
         }
@@ -406,7 +411,7 @@ impl Drop for Release {
 }
 
 /// Claims this thread's stripe on its first counted check: a free owned stripe, else the
-/// next never-used one, else a shared one.
+/// next never-used one, else a shared one. Returns the index of its first word.
 #[cold]
 // Under loom one shared stripe (`SHARED` = 1) keeps models small.
 #[cfg_attr(loom, allow(clippy::modulo_one))]
@@ -424,8 +429,9 @@ fn claim_slot() -> usize {
         Ok(()) => slot,
         Err(_) => OWNED,
     };
-    let _ = LOCAL.try_with(|l| l.slot.set(slot));
-    slot
+    let at = slot * STRIDE;
+    let _ = LOCAL.try_with(|l| l.at.set(at));
+    at
 }
 
 #[inline]

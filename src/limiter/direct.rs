@@ -14,8 +14,8 @@ use crate::engine::quota::Quota;
 use crate::engine::stats::{Counters, Stats, ALLOWED, DENIED_QUOTA};
 use crate::engine::verdict::{Allowed, Denied, DenyReason, PassReason, Verdict};
 use crate::limiter::guard::{self, Attached, Guard, Hot};
-use crate::safety::fault::FaultDetector;
-use crate::safety::watchdog::Watchdog;
+#[cfg(feature = "metrics")]
+use crate::safety::{fault::FaultDetector, watchdog::Watchdog};
 use crate::shaping::priority::{Priorities, Reserve};
 use crate::shaping::retry::RetryBudget;
 
@@ -319,9 +319,10 @@ impl RateLimiter {
     }
 
     /// This limiter's counts: by outcome, and originals apart from retries. Every limiter
-    /// counts its checks, so this is always `Some`; with a [`FaultDetector`] attached these
-    /// are the detector's counts (of every limiter it watches, since its last
-    /// [`set_revision`](FaultDetector::set_revision)).
+    /// counts its checks, so this is always `Some`; with a
+    /// [`FaultDetector`](crate::FaultDetector) attached these are the detector's counts (of
+    /// every limiter it watches, since its last
+    /// [`set_revision`](crate::FaultDetector::set_revision)).
     ///
     /// ```
     /// use tollgate::{ManualClock, RateLimiter};
