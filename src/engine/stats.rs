@@ -193,7 +193,7 @@ const SHARED: usize = 1;
 /// line. `Relaxed` throughout: they are tallies, read as deltas by the evaluator, and order
 /// nothing else.
 ///
-/// Each of the first 64 threads alive at once owns a stripe (see [`thread_slot`]), so its
+/// Each of the first 64 threads alive at once owns a stripe (see [`claim_slot`]), so its
 /// increments need no locked instruction: one writer per stripe makes a load-and-store exact.
 /// Further threads share 8 stripes through `fetch_add`.
 ///

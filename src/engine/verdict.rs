@@ -90,7 +90,7 @@ pub struct Allowed {
     kind: Remaining,
 }
 
-/// What [`Allowed::slack`] holds.
+/// What [`Allowed::level`] holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
 enum Remaining {
