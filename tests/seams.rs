@@ -214,15 +214,19 @@ fn the_overflow_cell_and_priority_classes_keep_their_fill_level() {
 
 // ---- 2. The quota-change race ------------------------------------------------------------
 
-/// 8 threads check one limiter on a frozen clock while the quota switches; at one instant no
-/// more than the looser burst plus one in-flight check per thread may pass.
-fn race(switches: usize, repeats: usize) {
+/// The tighter quota of a race, and the looser one, whose burst is 100.
+const TIGHT_LOOSE: (&str, &str) = ("500/s;burst=10", "2000/s;burst=100");
+
+/// 8 threads check one limiter on a frozen clock while the quota switches between `tight`
+/// (where it starts) and `loose` (burst 100); at one instant no more than the looser burst
+/// plus one in-flight check per thread may pass.
+fn race(switches: usize, repeats: usize, (tight, loose): (&str, &str)) {
     const THREADS: usize = 8;
     let mut most = (0, 0);
     for _ in 0..repeats {
         let clock = ManualClock::new();
-        let lim = direct("500/s;burst=10", &clock);
-        let keyed = KeyedRateLimiter::<u64>::builder(q("500/s;burst=10"))
+        let lim = direct(tight, &clock);
+        let keyed = KeyedRateLimiter::<u64>::builder(q(tight))
             .clock(&clock)
             .max_keys(64)
             .build();
@@ -246,11 +250,7 @@ fn race(switches: usize, repeats: usize) {
             }
             start.wait();
             for i in 0..switches {
-                let quota = if i % 2 == 0 {
-                    "2000/s;burst=100"
-                } else {
-                    "500/s;burst=10"
-                };
+                let quota = if i % 2 == 0 { loose } else { tight };
                 lim.set_quota(q(quota));
                 keyed.set_quota(q(quota));
                 thread::yield_now();
@@ -273,12 +273,19 @@ fn race(switches: usize, repeats: usize) {
 #[test]
 fn a_check_racing_one_quota_change_never_wipes_debt() {
     // Before the fix: up to 490 admitted where 100 is the bound, in 100 of 100 repeats.
-    race(1, 100);
+    race(1, 100, TIGHT_LOOSE);
 }
 
 #[test]
 fn checks_racing_repeated_quota_changes_stay_within_the_looser_burst() {
-    race(100, 10);
+    race(100, 10, TIGHT_LOOSE);
+}
+
+#[test]
+fn checks_racing_switches_between_a_byte_budget_and_a_request_quota_stay_within_the_burst() {
+    // A byte budget has no fast path: every switch turns the checks' fast path off and on
+    // again under them (one unit is one byte, or one request).
+    race(100, 10, ("4000bit/s;burst=10B", "2000/s;burst=100"));
 }
 
 // ---- 3. The shadow stays true during a pass-through ---------------------------------------

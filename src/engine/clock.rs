@@ -432,7 +432,7 @@ mod tests {
         let fast = Clock::monotonic().fast().unwrap(); // test
         let mut x = e.fast_origin;
         while x < u64::MAX / 4 {
-            let ours = scaled(x, scale) - fast.origin_nanos;
+            let ours = fast.saturated(x);
             let quanta = e.fast.delta_as_nanos(e.fast_origin, x);
             assert!(ours.abs_diff(quanta) <= 1, "{x}: {ours} {quanta}");
             x = x.wrapping_mul(3) + 12_345;
@@ -452,8 +452,8 @@ mod tests {
         let e = epoch();
         let scale = e.scale.unwrap(); // test
         let fast = Clock::monotonic().fast().unwrap(); // test
-                                                       // A raw reading behind the origin, as another core's unsynchronised TSC could give.
         assert!(fast.origin_nanos < crate::engine::params::STEADY_NOW);
+        // A raw reading behind the origin, as another core's unsynchronised TSC could give.
         for behind in [1, 1_000, 1 << 20, e.fast_origin] {
             let raw = e.fast_origin - behind.min(e.fast_origin);
             assert_eq!(fast.saturated(raw), 0);

@@ -53,29 +53,32 @@ const SET: usize = 6;
 ///
 /// | word of `copies[i]` | meaning |
 /// |---|---|
-/// | `0` | the fast path's `T`: `T` for a request quota in steady state; 0 for a byte budget or during a change (the fast path then steps aside) |
-/// | `1..7` | the parameters in force (see `SET`) |
-/// | `7..13` | during a change: the previous parameters; `T = τ = 0` otherwise |
-/// | `13` | the generation: how many changes have begun |
+/// | `0..6` | the parameters in force (see `SET`) |
+/// | `6..12` | during a change: the previous parameters; `T = τ = 0` otherwise |
+/// | `12` | the generation: how many changes have begun |
 ///
-/// `seq` names the copy in force (`copies[seq & 1]`) and versions the whole snapshot.
-///
-/// The fast path's three words are also kept apart, one array per word indexed by copy
+/// The fast path's three words are kept apart, one array per word indexed by copy
 /// (`fast_t[seq & 1]`, …), so a check reaches each with one load and no multiply:
 ///
 /// | word | meaning |
 /// |---|---|
-/// | `fast_t[i]` | word `0` of `copies[i]` |
+/// | `fast_t[i]` | `T` for a request quota in steady state; 0 for a byte budget or during a change (the fast path then steps aside) |
 /// | `fast_tau[i]` | τ of the parameters in force |
 /// | `steady_until[i]` | [`STEADY_NOW`] when `fast_t[i]` is not 0, else 0: the fast path applies to a clock reading below it, so one compare both keeps its arithmetic from overflowing and sends byte budgets and changes to the general path |
+///
+/// `seq` names the copy in force (`copies[seq & 1]`, and the fast words at `seq & 1`) and
+/// versions the whole snapshot.
 #[derive(Debug)]
 pub(crate) struct SharedParams {
     seq: AtomicU64,
     fast_t: [AtomicU64; 2],
     fast_tau: [AtomicU64; 2],
     steady_until: [AtomicU64; 2],
-    copies: [[AtomicU64; 14]; 2],
+    copies: [[AtomicU64; COPY]; 2],
 }
+
+/// Words per copy: the parameters in force, the previous ones, the generation.
+const COPY: usize = 2 * SET + 1;
 
 /// Below this clock reading (2^62 ns, about 146 years after the epoch) a steady step cannot
 /// overflow (see [`cell::steady_step`](crate::engine::cell::steady_step)).
@@ -112,7 +115,7 @@ pub(crate) struct Snapshot {
 impl SharedParams {
     pub(crate) fn new(params: Params) -> Self {
         let words = encode(params, None, 0);
-        let [t, tau, until] = fast_words(&words);
+        let [t, tau, until] = fast_words(params, None);
         let pair = |w: u64| [AtomicU64::new(w), AtomicU64::new(w)];
         Self {
             seq: AtomicU64::new(0),
@@ -130,10 +133,10 @@ impl SharedParams {
         loop {
             // Acquire: pairs with the writer's Release, so the copy read below is complete.
             let before = self.seq.load(Ordering::Acquire);
-            let c = &self.copies[(before & 1) as usize];
+            let i = (before & 1) as usize;
             // Relaxed: validated by the sequence check after the fence.
-            let t = c[0].load(Ordering::Relaxed);
-            let tau = c[2].load(Ordering::Relaxed);
+            let t = self.fast_t[i].load(Ordering::Relaxed);
+            let tau = self.fast_tau[i].load(Ordering::Relaxed);
             // Acquire fence: the loads above happen before the re-read of `seq`, so a write
             // into this copy that overlapped them shows as a changed sequence number.
             fence(Ordering::Acquire);
@@ -170,7 +173,7 @@ impl SharedParams {
     /// [`load_fast`](Self::load_fast)'s words.
     #[inline(always)]
     pub(crate) fn burst_unconfirmed(&self, seq: u64) -> u64 {
-        self.copies[(seq & 1) as usize][3].load(Ordering::Relaxed)
+        self.copies[(seq & 1) as usize][2].load(Ordering::Relaxed)
     }
 
     /// `true` if nothing was published since `seq` was read by
@@ -206,10 +209,10 @@ impl SharedParams {
         loop {
             let before = self.seq.load(Ordering::Acquire);
             let c = &self.copies[(before & 1) as usize];
-            let cur = decode(&c[1..7]);
+            let cur = decode(&c[0..SET]);
             // A previous set is present only during a change (its τ is never 0 then).
-            let prev = (c[8].load(Ordering::Relaxed) != 0).then(|| decode(&c[7..13]));
-            let gen = c[13].load(Ordering::Relaxed);
+            let prev = (c[SET + 1].load(Ordering::Relaxed) != 0).then(|| decode(&c[SET..2 * SET]));
+            let gen = c[2 * SET].load(Ordering::Relaxed);
             fence(Ordering::Acquire);
             if self.seq.load(Ordering::Relaxed) == before {
                 return Snapshot {
@@ -237,17 +240,17 @@ impl SharedParams {
     pub(crate) fn begin(&self, new: Params) -> (Params, u64) {
         let old = self.load();
         let gen = old.gen.wrapping_add(1);
-        self.publish(encode(new, Some(old.cur), gen));
+        self.publish(new, Some(old.cur), gen);
         (old.cur, gen)
     }
 
     /// Ends the change begun last: every gate is rescaled, the previous parameters go.
     pub(crate) fn finish(&self) {
         let s = self.load();
-        self.publish(encode(s.cur, None, s.gen));
+        self.publish(s.cur, None, s.gen);
     }
 
-    fn publish(&self, words: [u64; 14]) {
+    fn publish(&self, cur: Params, prev: Option<Params>, gen: u64) {
         // Release fence before the data words: a reader whose Relaxed load sees one of them
         // then synchronises, at its Acquire fence, with everything before this fence — the
         // previous publication's sequence store included — so its re-read of `seq` sees at
@@ -259,10 +262,10 @@ impl SharedParams {
         let next = seq.wrapping_add(1);
         let i = (next & 1) as usize;
         let fast = [&self.fast_t[i], &self.fast_tau[i], &self.steady_until[i]];
-        for (word, value) in fast.into_iter().zip(fast_words(&words)) {
+        for (word, value) in fast.into_iter().zip(fast_words(cur, prev)) {
             word.store(value, Ordering::Relaxed);
         }
-        for (word, value) in self.copies[i].iter().zip(words) {
+        for (word, value) in self.copies[i].iter().zip(encode(cur, prev, gen)) {
             word.store(value, Ordering::Relaxed);
         }
         // Release: a reader that sees `next` sees every word written above.
@@ -279,24 +282,21 @@ fn encode_set(p: Params) -> [u64; SET] {
     [t, p.tau, p.burst, num, den as u64, (den >> 64) as u64]
 }
 
-fn encode(cur: Params, prev: Option<Params>, gen: u64) -> [u64; 14] {
+fn encode(cur: Params, prev: Option<Params>, gen: u64) -> [u64; COPY] {
     let c = encode_set(cur);
     let p = prev.map_or([0; SET], encode_set);
-    let fast_t = if prev.is_none() && c[0] < FAST_T_LIMIT {
-        c[0]
-    } else {
-        0
-    };
     [
-        fast_t, c[0], c[1], c[2], c[3], c[4], c[5], p[0], p[1], p[2], p[3], p[4], p[5], gen,
+        c[0], c[1], c[2], c[3], c[4], c[5], p[0], p[1], p[2], p[3], p[4], p[5], gen,
     ]
 }
 
-/// The fast path's words of a copy: `T` (0 when the fast path steps aside), τ, and the
-/// reading it applies below.
-fn fast_words(words: &[u64; 14]) -> [u64; 3] {
-    let until = if words[0] != 0 { STEADY_NOW } else { 0 };
-    [words[0], words[2], until]
+/// The fast path's words of a copy: `T` (0 when the fast path steps aside: a byte budget,
+/// a change, a `T` of [`FAST_T_LIMIT`] or more), τ, and the reading it applies below.
+fn fast_words(cur: Params, prev: Option<Params>) -> [u64; 3] {
+    match cur.per {
+        Per::Request { t } if prev.is_none() && t < FAST_T_LIMIT => [t, cur.tau, STEADY_NOW],
+        _ => [0, cur.tau, 0],
+    }
 }
 
 #[inline]
