@@ -108,10 +108,11 @@ impl Panel {
     ///
     /// The keys under the threshold are counted from how many slots they fill, `members` of
     /// them once [`close_sub`] has dropped the idle (linear counting: the panel is
-    /// direct-mapped, so `n` keys fill `S·(1 − e^(−n/S))` of `S` slots). A panel that starts out sampling every key thus comes down to its size at the
-    /// first sub-bucket close when it is not saturated (10k active keys, k = 1024), and by a
-    /// factor of `S·ln 2S / k` or more per close when it is, rather than by one halving per
-    /// close (a minute at 10k keys, every check sampled meanwhile).
+    /// direct-mapped, so `n` keys fill `S·(1 − e^(−n/S))` of `S` slots). A panel that starts
+    /// out sampling every key thus comes down to its size at the first sub-bucket close when
+    /// it is not saturated (10k active keys, k = 1024), and by a factor of `S·ln 2S / k` or
+    /// more per close when it is, rather than by one halving per close (a minute at 10k keys,
+    /// every check sampled meanwhile).
     pub(crate) fn rebalance(&self, members: usize) {
         let t = self.threshold.load(Ordering::Relaxed);
         if members > self.k {
