@@ -2,7 +2,7 @@
 //! 127.0.0.1:0 in this process (its limiters on a `ManualClock`), driven by hyper's client
 //! and by a raw TCP client for headers no well-behaved client sends; and the example's
 //! binary started as a process, reloaded with SIGHUP.
-#![cfg(all(feature = "tower", not(loom)))]
+#![cfg(all(feature = "tower", feature = "config", not(loom)))]
 
 use std::net::SocketAddr;
 use std::sync::Arc;

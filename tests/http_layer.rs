@@ -14,13 +14,12 @@ use bytes::Bytes;
 use http::{HeaderName, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Empty, Full};
 use tollgate::http::{
-    Cost, ForwardedIp, HeaderKey, HeaderMode, OnMissingKey, PassedThrough, PeerIp, Queue,
-    RateLimitLayer, RejectReason,
+    Cost, ForwardedIp, HeaderKey, HeaderMode, OnMissingKey, PeerIp, Queue, RateLimitLayer,
+    RejectReason,
 };
-use tollgate::{
-    KeyedRateLimiter, Limits, LimitsHandle, ManualClock, PassReason, RateLimiter, RetryBudget,
-    SuccessRate,
-};
+#[cfg(feature = "config")]
+use tollgate::{http::PassedThrough, Limits, LimitsHandle, PassReason};
+use tollgate::{KeyedRateLimiter, ManualClock, RateLimiter, RetryBudget, SuccessRate};
 use tower::{Layer, Service, ServiceExt};
 
 type Res = Response<tollgate::http::RateLimitBody<Full<Bytes>>>;
@@ -378,6 +377,7 @@ async fn queue_waiters_are_capped_and_a_dropped_request_leaves_nothing() {
     assert_eq!(layer.waiting(), (0, 0));
 }
 
+#[cfg(feature = "config")]
 #[tokio::test]
 async fn pass_through_is_marked_and_counted() {
     let doc = r#"
@@ -658,6 +658,7 @@ async fn a_forwarded_chain_far_beyond_normal_is_rejected_without_being_walked() 
     }
 }
 
+#[cfg(feature = "config")]
 #[tokio::test]
 async fn policies_that_apply_in_addition_are_enforced_all_or_nothing() {
     let doc = r#"

@@ -37,12 +37,31 @@ pub enum KeyError {
         /// What is wrong with it.
         why: &'static str,
     },
+    /// The server put no peer address in the request at all ([`PeerIp`], [`ForwardedIp`]):
+    /// not the client's doing but the server's set-up, so the layer answers it `500` with
+    /// the fix named, whatever its [`OnMissingKey`] choice, and charges no key (see
+    /// [`RateLimitLayer`](super::RateLimitLayer)).
+    #[error("{}", NO_PEER_ADDRESS)]
+    NoPeerAddress,
 }
+
+/// What a request without a peer address is answered (the problem body's `detail`).
+pub(crate) const NO_PEER_ADDRESS: &str = "no peer address: the server does not pass the \
+    connection's address to the rate limiter. Under axum, serve with \
+    `app.into_make_service_with_connect_info::<SocketAddr>()` and enable tollgate's `axum` \
+    feature; otherwise insert the `SocketAddr` into the request's extensions, or say where it \
+    is with `PeerIp::from_extensions`";
 
 impl KeyError {
     /// `true` for [`KeyError::Missing`].
     pub fn is_missing(&self) -> bool {
         matches!(self, KeyError::Missing { .. })
+    }
+
+    /// `true` for [`KeyError::NoPeerAddress`]: the server's configuration, not the client's
+    /// request.
+    pub fn is_no_peer_address(&self) -> bool {
+        matches!(self, KeyError::NoPeerAddress)
     }
 }
 
@@ -235,11 +254,32 @@ type PeerLookup = Arc<dyn Fn(&Extensions) -> Option<IpAddr> + Send + Sync>;
 /// rotating addresses inside it buys nothing), IPv4-mapped IPv6 (`::ffff:a.b.c.d`) as the
 /// IPv4 address.
 ///
-/// The address is read from the request's extensions: by default a [`SocketAddr`] or an
-/// [`IpAddr`] put there by the server; with axum, whose
-/// `into_make_service_with_connect_info::<SocketAddr>()` stores a `ConnectInfo<SocketAddr>`,
-/// say where it is with [`from_extensions`](Self::from_extensions). No address:
-/// [`KeyError::Missing`].
+/// The address is read from the request's extensions, where the server puts it. By default
+/// ([`PeerIp::new`]) the first of:
+///
+/// * axum's `ConnectInfo<SocketAddr>` (feature `axum`), which axum stores when the app is
+///   served with `into_make_service_with_connect_info::<SocketAddr>()`:
+///
+///   ```rust,ignore
+///   let app = axum::Router::new().fallback(|| async { "ok" }).layer(layer);
+///   let listener = tokio::net::TcpListener::bind("0.0.0.0:8080").await?;
+///   axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await?;
+///   ```
+/// * a [`SocketAddr`], or an [`IpAddr`] (a hyper server of your own: insert the address
+///   `accept` returned into each request).
+///
+/// Anywhere else, say where with [`from_extensions`](Self::from_extensions). Under tonic
+/// (whose server stores a `TcpConnectInfo`, or a `TlsConnectInfo` over TLS):
+///
+/// ```rust,ignore
+/// use tonic::transport::server::TcpConnectInfo;
+/// let peer = PeerIp::from_extensions(|e| e.get::<TcpConnectInfo>()?.remote_addr().map(|a| a.ip()));
+/// ```
+///
+/// **No address at all** is [`KeyError::NoPeerAddress`]: the server is not set up to pass
+/// it, which no client can fix. The layer answers `500` naming the fix (whatever its
+/// [`OnMissingKey`] choice), warns once through `tracing`, counts it in
+/// [`LayerStats::no_peer_address`](super::LayerStats::no_peer_address) and charges no key.
 ///
 /// ```
 /// use std::net::SocketAddr;
@@ -257,13 +297,10 @@ pub struct PeerIp {
 }
 
 impl PeerIp {
-    /// The peer from a [`SocketAddr`] or [`IpAddr`] extension, IPv6 by /64.
+    /// The peer from axum's `ConnectInfo<SocketAddr>` (feature `axum`), a [`SocketAddr`] or
+    /// an [`IpAddr`] extension, IPv6 by /64.
     pub fn new() -> Self {
-        Self::from_extensions(|ext| {
-            ext.get::<SocketAddr>()
-                .map(SocketAddr::ip)
-                .or_else(|| ext.get::<IpAddr>().copied())
-        })
+        Self::from_extensions(default_peer)
     }
 
     /// The peer from wherever `lookup` finds it in the extensions.
@@ -293,10 +330,22 @@ impl PeerIp {
     }
 
     fn peer(&self, parts: &Parts) -> Result<IpAddr, KeyError> {
-        (self.lookup)(&parts.extensions).ok_or_else(|| KeyError::Missing {
-            what: "peer address".into(),
-        })
+        (self.lookup)(&parts.extensions).ok_or(KeyError::NoPeerAddress)
     }
+}
+
+/// Where servers put the peer address: axum's `ConnectInfo` (feature `axum`), else a plain
+/// [`SocketAddr`] or [`IpAddr`].
+fn default_peer(ext: &Extensions) -> Option<IpAddr> {
+    #[cfg(feature = "axum")]
+    if let Some(axum::extract::ConnectInfo(addr)) =
+        ext.get::<axum::extract::ConnectInfo<SocketAddr>>()
+    {
+        return Some(addr.ip());
+    }
+    ext.get::<SocketAddr>()
+        .map(SocketAddr::ip)
+        .or_else(|| ext.get::<IpAddr>().copied())
 }
 
 impl Default for PeerIp {

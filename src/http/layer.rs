@@ -1,7 +1,7 @@
 //! The layer (a factory), its builder, and the shared state every clone of the service
 //! uses. The behaviour lives in `service.rs`.
 
-use crate::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use core::fmt;
 use core::marker::PhantomData;
 use std::sync::Arc;
@@ -17,7 +17,7 @@ use super::key::{GlobalKey, KeyExtractor, OnMissingKey};
 use super::lean::{Lean, LeanKey, LeanLimit};
 use super::queue::{Queue, Waiters};
 use super::request::{AttemptHeader, Classifier, Cost, TierFrom};
-use super::response::{HeaderMode, Rejection};
+use super::response::{HeaderMode, RejectReason, Rejection};
 use super::service::RateLimit;
 use super::source::PolicySource;
 use crate::safety::slo::SuccessRate;
@@ -62,6 +62,11 @@ pub struct LayerStats {
     pub races: u64,
     /// Policy source failures (passed through).
     pub source_errors: u64,
+    /// Requests answered `500` because the server put no peer address in them
+    /// ([`KeyError::NoPeerAddress`](super::KeyError::NoPeerAddress): a [`PeerIp`](super::PeerIp)
+    /// or [`ForwardedIp`](super::ForwardedIp) key under a server not set up to pass the
+    /// connection's address). Not counted in `bad_requests`, and never charged to a key.
+    pub no_peer_address: u64,
 }
 
 #[derive(Default)]
@@ -75,6 +80,9 @@ pub(crate) struct Counters {
     pub(crate) queue_full: AtomicU64,
     pub(crate) races: AtomicU64,
     pub(crate) source_errors: AtomicU64,
+    pub(crate) no_peer_address: AtomicU64,
+    /// Whether the warning for a request without a peer address was given (once a layer).
+    pub(crate) warned_no_peer: AtomicBool,
 }
 
 impl Counters {
@@ -95,7 +103,36 @@ impl Counters {
             queue_full: r(&self.queue_full),
             races: r(&self.races),
             source_errors: r(&self.source_errors),
+            no_peer_address: r(&self.no_peer_address),
         }
+    }
+
+    /// Counts a request rejected before any limit was asked: a server without peer
+    /// addresses apart from the clients' bad requests.
+    pub(crate) fn rejected_early(&self, rejection: &Rejection) {
+        if rejection.reason() == RejectReason::NoPeerAddress {
+            Self::bump(&self.no_peer_address);
+            self.warn_no_peer();
+        } else {
+            Self::bump(&self.bad_requests);
+        }
+    }
+
+    /// Warns (target `tollgate::http`, feature `tracing`) the first time only: every request
+    /// of a server set up this way lacks the address, and one line names the fix. `true` if
+    /// this call was the first.
+    pub(crate) fn warn_no_peer(&self) -> bool {
+        // Relaxed: a flag for one log line; nothing else is ordered by it.
+        let first = !self.warned_no_peer.swap(true, Ordering::Relaxed);
+        #[cfg(feature = "tracing")]
+        if first {
+            tracing::warn!(
+                target: "tollgate::http",
+                fix = super::key::NO_PEER_ADDRESS,
+                "rate limit layer: requests carry no peer address, answering 500 (this warning is given once)"
+            );
+        }
+        first
     }
 }
 

@@ -42,6 +42,15 @@ pub(crate) fn prepare(
     let extracted = shared.key.extract(parts).and_then(|k| fits(shared, k));
     let key = match (extracted, &shared.on_missing) {
         (Ok(k), _) => k,
+        // The server's set-up, not the client's request: no fallback key hides it.
+        (Err(e @ KeyError::NoPeerAddress), _) => {
+            let r = bad(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                RejectReason::NoPeerAddress,
+                e.to_string(),
+            );
+            return Err((tier, r));
+        }
         (Err(_), OnMissingKey::Fallback(k)) => match fits(shared, k.clone()) {
             Ok(k) => k,
             Err(e) => {

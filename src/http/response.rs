@@ -44,13 +44,17 @@ pub enum RejectReason {
     MalformedKey,
     /// A header the layer reads (the tier, an attempt count, `Content-Length`) is malformed.
     MalformedHeader,
+    /// The server put no peer address in the request for a [`PeerIp`](super::PeerIp) or
+    /// [`ForwardedIp`](super::ForwardedIp) key: its set-up, not the client's request
+    /// (`500`; gRPC `INTERNAL`, 13). The detail names the fix.
+    NoPeerAddress,
 }
 
 impl RejectReason {
     /// The reason as written in problem bodies: `quota`, `retry_budget`, `key_table_full`,
     /// `ceiling`, `clock_overflow`, `backend_unavailable`, `local_share` (a shared limit's
     /// fallbacks), `queue_full`, `insufficient_capacity`, `missing_key`,
-    /// `malformed_key`, `malformed_header`.
+    /// `malformed_key`, `malformed_header`, `no_peer_address`.
     pub fn as_str(&self) -> &'static str {
         match self {
             RejectReason::Denied(DenyReason::Quota) => "quota",
@@ -65,6 +69,7 @@ impl RejectReason {
             RejectReason::MissingKey => "missing_key",
             RejectReason::MalformedKey => "malformed_key",
             RejectReason::MalformedHeader => "malformed_header",
+            RejectReason::NoPeerAddress => "no_peer_address",
         }
     }
 }
@@ -82,7 +87,8 @@ pub struct Rejection {
 }
 
 impl Rejection {
-    /// The HTTP status the default response has (`429`, `413`, `401`, `400`).
+    /// The HTTP status the default response has (`429`, `413`, `401`, `400`, or `500` for a
+    /// server that passes no peer address).
     pub fn status(&self) -> StatusCode {
         self.status
     }
@@ -141,16 +147,8 @@ pub(crate) fn default_response(r: &Rejection) -> Response<Bytes> {
     if r.grpc {
         return grpc_response(r);
     }
-    let body = serde_json::json!({
-        "type": "about:blank",
-        "title": r.status.canonical_reason().unwrap_or("Rejected"),
-        "status": r.status.as_u16(),
-        "detail": r.detail,
-        "policy": r.policy.as_deref(),
-        "reason": r.reason.as_str(),
-        "retry_after": r.retry_after.map(|d| d.retry_after_secs()),
-    });
-    let mut res = Response::new(Bytes::from(body.to_string()));
+    let body = problem_body(r);
+    let mut res = Response::new(Bytes::from(body));
     *res.status_mut() = r.status;
     res.headers_mut().insert(
         CONTENT_TYPE,
@@ -159,11 +157,64 @@ pub(crate) fn default_response(r: &Rejection) -> Response<Bytes> {
     res
 }
 
+/// The problem document (RFC 9457) of a rejection, its members in name order, written by
+/// hand: the layer needs no JSON library for one flat object (feature `tower` alone builds
+/// no serializer). `null` for an absent policy or wait.
+fn problem_body(r: &Rejection) -> String {
+    use core::fmt::Write as _;
+    let mut out = String::with_capacity(160 + r.detail.len());
+    out.push_str("{\"detail\":");
+    json_string(&mut out, &r.detail);
+    out.push_str(",\"policy\":");
+    match r.policy.as_deref() {
+        Some(p) => json_string(&mut out, p),
+        None => out.push_str("null"),
+    }
+    out.push_str(",\"reason\":");
+    json_string(&mut out, r.reason.as_str());
+    out.push_str(",\"retry_after\":");
+    match r.retry_after {
+        Some(d) => {
+            let _ = write!(out, "{}", d.retry_after_secs());
+        }
+        None => out.push_str("null"),
+    }
+    let _ = write!(out, ",\"status\":{},\"title\":", r.status.as_u16());
+    json_string(&mut out, r.status.canonical_reason().unwrap_or("Rejected"));
+    out.push_str(",\"type\":\"about:blank\"}");
+    out
+}
+
+/// `s` as a JSON string: `"` and `\\` escaped, control characters as `\n`-style or `\u00XX`
+/// escapes (as serde_json writes them), everything else as it is (UTF-8).
+fn json_string(out: &mut String, s: &str) {
+    use core::fmt::Write as _;
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            c if u32::from(c) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
 /// gRPC status codes for rejections: RESOURCE_EXHAUSTED (8) for limits, UNAUTHENTICATED
-/// (16) for a missing key, INVALID_ARGUMENT (3) for malformed input.
+/// (16) for a missing key, INVALID_ARGUMENT (3) for malformed input, INTERNAL (13) for a
+/// server that passes no peer address.
 fn grpc_status(reason: RejectReason) -> &'static str {
     match reason {
         RejectReason::MissingKey => "16",
+        RejectReason::NoPeerAddress => "13",
         RejectReason::MalformedKey | RejectReason::MalformedHeader => "3",
         _ => "8",
     }

@@ -245,7 +245,7 @@ where
         let (subject, check) = match prepare(&shared, &parts, grpc) {
             Ok(p) => p,
             Err((tier, rejection)) => {
-                Counters::bump(&shared.counters.bad_requests);
+                shared.counters.rejected_early(&rejection);
                 return ResponseFuture::ready(reject(&shared, &tier, &rejection, &[], None));
             }
         };

@@ -12,6 +12,7 @@ use crate::engine::quota::Quota;
 use crate::engine::verdict::Verdict;
 use crate::limiter::direct::RateLimiter;
 use crate::limiter::keyed::KeyedRateLimiter;
+#[cfg(feature = "config")]
 use crate::limits::reload::LimitsHandle;
 
 /// What a policy source is asked about: the request's key and where it goes.
@@ -357,6 +358,9 @@ impl PolicySource for KeyedRateLimiter<String> {
     }
 }
 
+/// With feature `config`.
+#[cfg(feature = "config")]
+#[cfg_attr(docsrs, doc(cfg(feature = "config")))]
 impl PolicySource for LimitsHandle {
     fn answers_now(&self) -> bool {
         true
