@@ -132,8 +132,14 @@ async fn ipv6_peers_share_a_key_per_64_and_mapped_ipv4_is_ipv4() {
         429
     );
     assert_eq!(lim.len(), 3);
-    // No peer address: 401 by default.
-    assert_eq!(status(call(&layer, req("/", &[])).await), 401);
+    // No peer address: the server's set-up, 500 (not the client's 401), charged to no key.
+    let res = call(&layer, req("/", &[])).await;
+    assert_eq!(status(res), 500);
+    assert_eq!(lim.len(), 3);
+    assert_eq!(
+        (layer.stats().no_peer_address, layer.stats().bad_requests),
+        (1, 0)
+    );
 }
 
 #[tokio::test]
