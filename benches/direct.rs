@@ -24,7 +24,9 @@ use std::time::Duration;
 use governor::{Quota as GQuota, RateLimiter as GovernorLimiter};
 use harness::{arm, ratio, sink, timed, timed_threads, Case, Report, Settings, Target};
 use load::Load;
-use tollgate::{Check, FaultDetector, Priorities, Quota, RateLimiter, RetryBudget};
+use tollgate::safety::FaultDetector;
+use tollgate::shaping::{Priorities, RetryBudget};
+use tollgate::{Check, Quota, RateLimiter};
 
 use floor::Floor;
 

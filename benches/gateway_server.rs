@@ -25,7 +25,8 @@ use std::sync::Arc;
 
 use axum::http::HeaderName;
 use tollgate::http::{HeaderKey, HeaderMode, RateLimitLayer};
-use tollgate::{KeyedRateLimiter, Limits, LimitsHandle};
+use tollgate::limits::{Limits, LimitsHandle};
+use tollgate::KeyedRateLimiter;
 use tower_governor::governor::GovernorConfigBuilder;
 use tower_governor::GovernorLayer;
 

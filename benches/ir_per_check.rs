@@ -26,10 +26,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use governor::{Quota as GQuota, RateLimiter as GovernorLimiter};
-use tollgate::{
-    Check, FaultDetector, KeyedRateLimiter, ManualClock, Priorities, Quota, RateLimiter,
-    RetryBudget,
-};
+use tollgate::safety::FaultDetector;
+use tollgate::shaping::{Priorities, RetryBudget};
+use tollgate::{Check, KeyedRateLimiter, ManualClock, Quota, RateLimiter};
 
 use floor::{Floor, KeyedFloor};
 use settle::settle;

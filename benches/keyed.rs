@@ -29,7 +29,8 @@ use std::time::Duration;
 use governor::{DefaultKeyedRateLimiter, Quota as GQuota, RateLimiter as GovernorLimiter};
 use harness::{arm, ratio, sink, timed, timed_threads, Case, Report, Settings, Target};
 use load::Load;
-use tollgate::{FaultDetector, KeyedRateLimiter, Quota};
+use tollgate::safety::FaultDetector;
+use tollgate::{KeyedRateLimiter, Quota};
 
 use floor::KeyedFloor;
 

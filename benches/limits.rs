@@ -10,7 +10,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use tollgate::{Format, Limits};
+use tollgate::limits::{Format, Limits};
 
 /// The policies of the document: 25,000 make a ~2 MB TOML document.
 const POLICIES: usize = 25_000;

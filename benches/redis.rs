@@ -17,7 +17,8 @@
 
 use std::time::{Duration, Instant};
 
-use tollgate::{SharedRateLimiter, Verdict};
+use tollgate::redis::SharedRateLimiter;
+use tollgate::Verdict;
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;

@@ -13,7 +13,8 @@
 
 use std::time::Duration;
 
-use tollgate::{Check, ManualClock, Priorities, RateLimiter};
+use tollgate::shaping::Priorities;
+use tollgate::{Check, ManualClock, RateLimiter};
 
 const HEARTBEAT: Check = Check::cost(512).class(0);
 const CHUNK: u64 = 64 << 10;

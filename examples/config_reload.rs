@@ -6,7 +6,8 @@
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     use std::time::Duration;
 
-    use tollgate::{Check, Limits, LimitsHandle, ManualClock};
+    use tollgate::limits::{Limits, LimitsHandle};
+    use tollgate::{Check, ManualClock};
 
     let clock = ManualClock::new();
     let limits = Limits::from_path("examples/limits/valid.toml")?;

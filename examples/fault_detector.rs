@@ -8,9 +8,8 @@
 
 use std::time::Duration;
 
-use tollgate::{
-    Baseline, FaultDetector, FaultEvent, HourSample, KeyedRateLimiter, ManualClock, Verdict,
-};
+use tollgate::safety::{Baseline, FaultDetector, FaultEvent, HourSample};
+use tollgate::{KeyedRateLimiter, ManualClock, Verdict};
 
 const KEYS: u64 = 1_000;
 const STALL_FROM: u64 = 120; // seconds

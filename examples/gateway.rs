@@ -25,7 +25,9 @@ use axum::http::{HeaderName, HeaderValue, StatusCode};
 use axum::response::Response;
 use axum::Router;
 use tollgate::http::{HeaderKey, LayerError, OnMissingKey, PassedThrough, RateLimitLayer};
-use tollgate::{Clock, FaultDetector, Limits, LimitsHandle};
+use tollgate::limits::{Limits, LimitsHandle};
+use tollgate::safety::FaultDetector;
+use tollgate::Clock;
 
 /// The limits handle: the document, the clock, a fault detector on the same clock.
 pub fn handle(limits: Limits, clock: Clock) -> Arc<LimitsHandle> {
@@ -77,7 +79,7 @@ pub fn app(handle: Arc<LimitsHandle>) -> Result<(Router, RateLimitLayer), LayerE
 #[cfg(feature = "metrics")]
 pub fn with_metrics(
     limited: Router,
-    registry: tollgate::MetricsRegistry,
+    registry: tollgate::metrics::MetricsRegistry,
     prometheus: metrics_exporter_prometheus::PrometheusHandle,
 ) -> Router {
     let scrape = move || async move {
@@ -103,7 +105,7 @@ pub fn serve_metrics(
     handle: &Arc<LimitsHandle>,
 ) -> Result<Router, Box<dyn std::error::Error>> {
     let prometheus = metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder()?;
-    let registry = tollgate::MetricsRegistry::new();
+    let registry = tollgate::metrics::MetricsRegistry::new();
     registry.register_limits("gateway", handle)?;
     Ok(with_metrics(limited, registry, prometheus))
 }

@@ -8,10 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use metrics_exporter_prometheus::PrometheusBuilder;
-use tollgate::{
-    Check, FaultDetector, Limits, LimitsHandle, ManualClock, MetricsRegistry, PassReason,
-    SuccessRate, Verdict,
-};
+use tollgate::limits::{Limits, LimitsHandle};
+use tollgate::metrics::MetricsRegistry;
+use tollgate::safety::{FaultDetector, SuccessRate};
+use tollgate::{Check, ManualClock, PassReason, Verdict};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The exporter is the application's choice: here the Prometheus text format.

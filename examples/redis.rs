@@ -6,7 +6,8 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use tollgate::{FailurePolicy, SharedRateLimiter, Verdict};
+use tollgate::redis::{FailurePolicy, SharedRateLimiter};
+use tollgate::Verdict;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -14,10 +14,9 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::time::Duration;
 
-use tollgate::{
-    Backoff, Check, DenyReason, Failure, FaultDetector, ManualClock, RateLimiter, RetryBudget,
-    RetryError, Verdict,
-};
+use tollgate::safety::FaultDetector;
+use tollgate::shaping::{AttemptFailure, Backoff, RetryBudget, RetryError};
+use tollgate::{Check, DenyReason, ManualClock, RateLimiter, Verdict};
 
 const CLIENTS: u64 = 500;
 /// Writes per client, one a second.
@@ -172,11 +171,11 @@ fn one_client() -> Result<(), Box<dyn std::error::Error>> {
                     let after = d.retry_after().as_secs_f64() * 1e3;
                     let reason = d.reason();
                     print!("  attempt {attempt}: denied ({reason:?}, retry after {after:.1} ms)");
-                    Err(Failure::retry_after("429", d.retry_after()))
+                    Err(AttemptFailure::retry_after("429", d.retry_after()))
                 }
                 _ => {
                     print!("  attempt {attempt}: admitted, upstream timed out");
-                    Err(Failure::retry("timeout"))
+                    Err(AttemptFailure::retry("timeout"))
                 }
             }
         },

@@ -7,7 +7,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tollgate::{ManualClock, SuccessRate};
+use tollgate::safety::SuccessRate;
+use tollgate::ManualClock;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The manual clock makes the run repeatable; a service uses the default monotonic clock

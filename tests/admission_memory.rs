@@ -9,7 +9,8 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
-use tollgate::{Admission, KeyedRateLimiter, ManualClock, DEFAULT_FILTER_BYTES};
+use tollgate::limiter::Admission;
+use tollgate::{KeyedRateLimiter, ManualClock};
 
 /// The system allocator, counting the bytes live that this thread allocated while counting.
 struct Counting;
@@ -75,7 +76,11 @@ fn a_table_that_never_fills_pays_nothing_for_the_filter() {
     counted();
     let clock = ManualClock::new();
     let before = live();
-    let lim = limiter(&clock, tollgate::DEFAULT_MAX_KEYS, Admission::default());
+    let lim = limiter(
+        &clock,
+        tollgate::limiter::DEFAULT_MAX_KEYS,
+        Admission::default(),
+    );
     for k in 0..10u64 {
         assert!(lim.check_key(&k).is_permitted());
     }
@@ -90,7 +95,7 @@ fn a_table_that_never_fills_pays_nothing_for_the_filter() {
 fn the_filter_is_allocated_at_the_cap_and_honours_its_budget() {
     counted();
     for (admission, budget) in [
-        (Admission::default(), DEFAULT_FILTER_BYTES),
+        (Admission::default(), Admission::DEFAULT_FILTER_BYTES),
         (Admission::Filter { bytes: 100_000 }, 100_000),
         (Admission::Filter { bytes: 16 << 20 }, 16 << 20),
         (Admission::Filter { bytes: 1 }, 4 << 10),

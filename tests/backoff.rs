@@ -9,10 +9,10 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use proptest::prelude::*;
-use tollgate::{
-    Backoff, BackoffBuilder, BackoffError, Check, Delays, Failure, ManualClock, RateLimiter,
-    RetryError, Verdict,
+use tollgate::shaping::{
+    AttemptFailure, Backoff, BackoffBuilder, BackoffDelays, BackoffError, RetryError,
 };
+use tollgate::{Check, ManualClock, RateLimiter, Verdict};
 
 const MS: Duration = Duration::from_millis(1);
 const MAX_NANOS: u128 = Duration::MAX.as_nanos();
@@ -331,7 +331,7 @@ fn retry_stops_after_max_retries_and_sleeps_exactly_the_delays() {
         let out: Result<(), _> = b.retry(
             |a| {
                 calls.push(a);
-                Err(Failure::retry(a))
+                Err(AttemptFailure::retry(a))
             },
             |d| slept.push(d),
         );
@@ -354,7 +354,7 @@ fn a_retry_after_hint_waits_after_deny() {
     let twin = Backoff::builder().max_retries(4).seed(6).build().unwrap();
     let mut slept = Vec::new();
     let out: Result<(), _> = b.retry(
-        |_| Err(Failure::retry_after("429", hint)),
+        |_| Err(AttemptFailure::retry_after("429", hint)),
         |d| slept.push(d),
     );
     assert_eq!(out.unwrap_err().attempt(), 4);
@@ -374,9 +374,9 @@ fn a_fatal_error_stops_at_once() {
             |a| {
                 calls += 1;
                 Err(if a == fatal_at {
-                    Failure::fatal("denied for good")
+                    AttemptFailure::fatal("denied for good")
                 } else {
-                    Failure::retry("timeout")
+                    AttemptFailure::retry("timeout")
                 })
             },
             |_| sleeps += 1,
@@ -403,7 +403,11 @@ fn retry_errors_chain_their_source() {
     let b = Backoff::builder().max_retries(1).seed(8).build().unwrap();
     let err = b
         .retry(
-            |_| Err::<(), _>(Failure::retry(std::io::Error::other("connection reset"))),
+            |_| {
+                Err::<(), _>(AttemptFailure::retry(std::io::Error::other(
+                    "connection reset",
+                )))
+            },
             |_| {},
         )
         .unwrap_err();
@@ -426,7 +430,7 @@ fn retries_carry_their_attempt_number_to_the_limiter() {
         |a| {
             seen.push(a);
             match lim.check_with(Check::cost(1).attempt(a)).unwrap() {
-                Verdict::Deny(d) => Err(Failure::retry_after("429", d.retry_after())),
+                Verdict::Deny(d) => Err(AttemptFailure::retry_after("429", d.retry_after())),
                 _ => Ok(a),
             }
         },
@@ -471,7 +475,7 @@ fn async_retry_matches_sync_retry() {
     let out: Result<(), _> = block_on(b.retry_async(
         |a| {
             calls.push(a);
-            std::future::ready(Err(Failure::retry("timeout")))
+            std::future::ready(Err(AttemptFailure::retry("timeout")))
         },
         |d| {
             slept.push(d);
@@ -494,7 +498,7 @@ fn async_retry_matches_sync_retry() {
         |a| async move {
             YieldOnce(false).await;
             if a < 2 {
-                Err(Failure::retry("timeout"))
+                Err(AttemptFailure::retry("timeout"))
             } else {
                 Ok(a)
             }
@@ -506,7 +510,7 @@ fn async_retry_matches_sync_retry() {
     ));
     assert_eq!((out, slept), (Ok(2), 2));
     let out: Result<(), _> =
-        block_on(b.retry_async(|_| async { Err(Failure::fatal("no")) }, |_| async {}));
+        block_on(b.retry_async(|_| async { Err(AttemptFailure::fatal("no")) }, |_| async {}));
     assert_eq!(
         out,
         Err(RetryError::Fatal {
@@ -559,11 +563,11 @@ fn a_shared_backoff_is_thread_safe() {
     assert_send_sync::<BackoffBuilder>();
     assert_send_sync::<BackoffError>();
     assert_send_sync::<RetryError<std::io::ErrorKind>>();
-    assert_send_sync::<Failure<String>>();
+    assert_send_sync::<AttemptFailure<String>>();
     fn assert_send<T: Send>(_: &T) {}
     let b = &seeded(12);
-    assert_send(&b.retry_async(|_| async { Ok::<_, Failure<()>>(()) }, |_| async {}));
-    let delays: Delays<'_> = b.delays();
+    assert_send(&b.retry_async(|_| async { Ok::<_, AttemptFailure<()>>(()) }, |_| async {}));
+    let delays: BackoffDelays<'_> = b.delays();
     assert_send(&delays);
 
     let delays: Vec<Vec<Duration>> = std::thread::scope(|s| {

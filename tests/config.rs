@@ -3,10 +3,8 @@
 #![cfg(feature = "config")]
 
 use proptest::prelude::*;
-use tollgate::{
-    ConfigError, ConfigErrorKind as Kind, ConfigErrors, Direction, Limits, QuotaErrorKind,
-    DEFAULT_GUARD,
-};
+use tollgate::limits::{ConfigError, ConfigErrorKind as Kind, ConfigErrors, Direction, Limits};
+use tollgate::QuotaErrorKind;
 
 fn load_toml(doc: &str) -> Limits {
     Limits::from_toml(doc).unwrap_or_else(|e| panic!("rejected:\n{e}\n---\n{doc}"))
@@ -110,7 +108,7 @@ fn incident_001_sixty_times_tighter_needs_an_acknowledgement() {
     assert_eq!(change.factor(), 60.0);
     assert_eq!(change.direction(), Direction::Tighter);
 
-    let errs = Limits::check_transition(&old, &new, DEFAULT_GUARD).unwrap_err();
+    let errs = Limits::check_transition(&old, &new, Limits::DEFAULT_GUARD).unwrap_err();
     assert_eq!(errs.len(), 1);
     assert_eq!(errs[0].kind(), Kind::UnacknowledgedTightening);
     assert_eq!(errs[0].path(), "policies[api].quota");
@@ -123,18 +121,20 @@ fn incident_001_sixty_times_tighter_needs_an_acknowledgement() {
         2,
         "[[acknowledge]]\npolicy = \"api\"\nfrom = \"10/s\"\nto = \"10/min\"\n",
     );
-    let diff = Limits::check_transition(&old, &acked, DEFAULT_GUARD).unwrap();
-    assert_eq!(diff.tightenings_beyond(DEFAULT_GUARD).len(), 1);
-    assert!(diff.unacknowledged(&acked, DEFAULT_GUARD).is_empty());
+    let diff = Limits::check_transition(&old, &acked, Limits::DEFAULT_GUARD).unwrap();
+    assert_eq!(diff.tightenings_beyond(Limits::DEFAULT_GUARD).len(), 1);
+    assert!(diff
+        .unacknowledged(&acked, Limits::DEFAULT_GUARD)
+        .is_empty());
     // an acknowledgement of another change does not count
     let wrong = api(
         "10/min",
         2,
         "[[acknowledge]]\npolicy = \"api\"\nfrom = \"10/s\"\nto = \"5/min\"\n",
     );
-    assert!(Limits::check_transition(&old, &wrong, DEFAULT_GUARD).is_err());
+    assert!(Limits::check_transition(&old, &wrong, Limits::DEFAULT_GUARD).is_err());
     // within the guard: no acknowledgement needed
-    assert!(Limits::check_transition(&old, &api("1/s", 2, ""), DEFAULT_GUARD).is_ok());
+    assert!(Limits::check_transition(&old, &api("1/s", 2, ""), Limits::DEFAULT_GUARD).is_ok());
 }
 
 #[test]
@@ -162,12 +162,12 @@ fn incident_001_traffic_moving_to_a_tighter_policy_is_reported_and_guarded() {
         "{text}"
     );
     assert!(text.contains("requests of tier=paid category=search move from free-search to paid"));
-    let tight = diff.tightenings_beyond(DEFAULT_GUARD);
+    let tight = diff.tightenings_beyond(Limits::DEFAULT_GUARD);
     let moved = tight.iter().find(|t| t.moved_from.is_some()).unwrap();
     assert_eq!(moved.policy, "free-search");
     assert_eq!(moved.requests, ["tier=paid category=checkout"]);
     assert_eq!(moved.factor, 600.0);
-    let errs = Limits::check_transition(&old, &new, DEFAULT_GUARD).unwrap_err();
+    let errs = Limits::check_transition(&old, &new, Limits::DEFAULT_GUARD).unwrap_err();
     assert!(errs
         .iter()
         .any(|e| e.path() == "policies[free-search].match"));
@@ -753,16 +753,17 @@ fn diff_lists_added_removed_changed_and_serializes() {
         "{text}"
     );
     // a changed document needs a higher revision
-    let errs = Limits::check_transition(&old, &new, DEFAULT_GUARD).unwrap_err();
+    let errs = Limits::check_transition(&old, &new, Limits::DEFAULT_GUARD).unwrap_err();
     assert_eq!(errs[0].kind(), Kind::StaleRevision);
-    assert!(Limits::check_transition(&old, &old, DEFAULT_GUARD).is_ok());
+    assert!(Limits::check_transition(&old, &old, Limits::DEFAULT_GUARD).is_ok());
 }
 
 #[test]
 fn byte_budgets_compare_in_bytes() {
-    let change = tollgate::QuotaChange::new("1Gbit/s".parse().unwrap(), "1MB/s".parse().unwrap());
+    let change =
+        tollgate::limits::QuotaChange::new("1Gbit/s".parse().unwrap(), "1MB/s".parse().unwrap());
     assert_eq!(change.rate_factor(), 125.0);
-    let mixed = tollgate::QuotaChange::new("1/s".parse().unwrap(), "1B/s".parse().unwrap());
+    let mixed = tollgate::limits::QuotaChange::new("1/s".parse().unwrap(), "1B/s".parse().unwrap());
     assert_eq!(mixed.direction(), Direction::Incomparable);
     assert!(mixed.tightening().is_infinite());
 }
@@ -816,7 +817,7 @@ fn samples_load_or_fail_as_expected() {
     );
 
     let tightened = sample("tightened.toml").unwrap();
-    let errs = Limits::check_transition(&valid, &tightened, DEFAULT_GUARD).unwrap_err();
+    let errs = Limits::check_transition(&valid, &tightened, Limits::DEFAULT_GUARD).unwrap_err();
     assert_eq!(errs.len(), 1);
     assert!(errs[0].message().starts_with(
         "100/s;burst=250 → 100/min;burst=250: 60× tighter, beyond the guard of 10×; "
@@ -825,7 +826,7 @@ fn samples_load_or_fail_as_expected() {
     let acked = load_toml(&format!(
         "{text}\n[[acknowledge]]\npolicy = \"paid-checkout\"\nfrom = \"100/s;burst=250\"\nto = \"100/min;burst=250\"\n"
     ));
-    assert!(Limits::check_transition(&valid, &acked, DEFAULT_GUARD).is_ok());
+    assert!(Limits::check_transition(&valid, &acked, Limits::DEFAULT_GUARD).is_ok());
 
     let unknown = errors(Limits::from_path("limits.ini"));
     assert_eq!(unknown[0].kind(), Kind::UnknownFormat);
@@ -870,7 +871,7 @@ fn quota() -> impl Strategy<Value = String> {
 
 /// `Limits::resolve`'s order, spelled out from its documentation: fields set, then the route
 /// (exact above the longest prefix above none), then category, then tier.
-fn specificity(m: &tollgate::Matcher) -> (usize, usize, bool, bool) {
+fn specificity(m: &tollgate::limits::Matcher) -> (usize, usize, bool, bool) {
     let fields = [m.tier(), m.category(), m.route()];
     let route = match m.route() {
         None => 0,
@@ -968,7 +969,7 @@ proptest! {
         let diff = Limits::diff(&a, &b);
         let _ = diff.to_string();
         let _ = serde_json::to_string(&diff).unwrap();
-        let _ = Limits::check_transition(&a, &b, DEFAULT_GUARD);
+        let _ = Limits::check_transition(&a, &b, Limits::DEFAULT_GUARD);
     }
 
     #[test]
@@ -1025,7 +1026,7 @@ fn incident_003_classes_retry_budgets_and_byte_budgets_load() {
 
     let writes = limits.policy("writes").unwrap();
     let budget = writes.retry_budget().unwrap();
-    assert_eq!(budget, tollgate::RetryBudget::new()); // the defaults, written out
+    assert_eq!(budget, tollgate::shaping::RetryBudget::new()); // the defaults, written out
     assert!(writes.classes().is_none());
 
     let uploads = limits.policy("uploads").unwrap();
@@ -1044,7 +1045,10 @@ fn incident_003_classes_retry_budgets_and_byte_budgets_load() {
     let p = l.policy("link").unwrap();
     assert_eq!(
         p.retry_budget(),
-        Some(tollgate::RetryBudget::new().with_period(std::time::Duration::from_millis(1500)))
+        Some(
+            tollgate::shaping::RetryBudget::new()
+                .with_period(std::time::Duration::from_millis(1500))
+        )
     );
     assert!(p.classes().is_none(), "an empty list is no classes");
     let l = load_toml(&link(
@@ -1115,7 +1119,7 @@ fn incident_003_diff_reports_classes_and_retry_budget_changes() {
         text.contains("retry_budget none → ratio 0.1 over 10s, floor 10/s"),
         "{text}"
     );
-    assert!(Limits::check_transition(&old, &new, DEFAULT_GUARD).is_ok());
+    assert!(Limits::check_transition(&old, &new, Limits::DEFAULT_GUARD).is_ok());
     let json = serde_json::to_string(&diff).unwrap();
     assert!(json.contains(r#""classes":{"from":"none","to":"0 (reserve 0), 2 (reserve 0.5)"}"#));
 }

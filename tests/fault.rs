@@ -5,9 +5,11 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tollgate::safety::{
+    AlertKind, Baseline, DetectorMode, FaultDetector, FaultDetectorBuilder, FaultEvent, HourSample,
+};
 use tollgate::{
-    AlertKind, Baseline, DenyReason, FaultDetector, FaultDetectorBuilder, FaultEvent, HourSample,
-    KeyedRateLimiter, ManualClock, Mode, PassReason, Quota, RateLimiter, Verdict,
+    DenyReason, KeyedRateLimiter, ManualClock, PassReason, Quota, RateLimiter, Verdict,
 };
 
 const TICK: Duration = Duration::from_millis(100);
@@ -162,7 +164,7 @@ fn a_lagging_clock_trips_within_a_window_and_recovers_within_one_after_the_fix()
     );
     assert!(matches!(
         w.detector.state().mode,
-        Mode::PassingThrough {
+        DetectorMode::PassingThrough {
             reason: PassReason::DenyAnomaly,
             ..
         }
@@ -179,7 +181,7 @@ fn a_lagging_clock_trips_within_a_window_and_recovers_within_one_after_the_fix()
         to_recover <= Duration::from_secs(70),
         "recovered {to_recover:?} after the fix"
     );
-    assert_eq!(w.detector.state().mode, Mode::Enforcing);
+    assert_eq!(w.detector.state().mode, DetectorMode::Enforcing);
     assert_eq!(
         w.detector.stats().total(),
         w.checks,
@@ -424,7 +426,7 @@ fn a_persisting_anomaly_is_extended_then_exhausted_then_cools_down() {
         1,
         "the anomaly within the cool-down alerts"
     );
-    assert_eq!(w.detector.state().mode, Mode::Enforcing);
+    assert_eq!(w.detector.state().mode, DetectorMode::Enforcing);
 }
 
 #[test]
@@ -477,7 +479,7 @@ fn force_enforce_keeps_enforcing_through_an_anomaly() {
 fn detector_types_are_send_and_sync() {
     fn send_sync<T: Send + Sync>() {}
     send_sync::<FaultDetector>();
-    send_sync::<tollgate::Watchdog>();
+    send_sync::<tollgate::safety::Watchdog>();
     send_sync::<tollgate::Stats>();
     send_sync::<Baseline>();
     send_sync::<FaultEvent>();
@@ -507,7 +509,7 @@ fn an_imported_baseline_is_checked_like_a_learned_one() {
     let b: Baseline = serde_json::from_str(&long).unwrap();
     assert_eq!(
         b.hours().len(),
-        tollgate::BASELINE_HOURS,
+        tollgate::safety::Baseline::HOURS,
         "trimmed to 7 days"
     );
 }

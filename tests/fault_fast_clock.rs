@@ -6,7 +6,8 @@
 
 use std::time::{Duration, Instant};
 
-use tollgate::{FaultDetector, KeyedRateLimiter, Quota, RateLimiter};
+use tollgate::safety::FaultDetector;
+use tollgate::{KeyedRateLimiter, Quota, RateLimiter};
 
 fn q(s: &str) -> Quota {
     s.parse().unwrap_or_else(|e| panic!("{s}: {e}"))

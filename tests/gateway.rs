@@ -14,7 +14,8 @@ use hyper_util::rt::TokioExecutor;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tollgate::http::RateLimitLayer;
-use tollgate::{Limits, LimitsHandle, ManualClock};
+use tollgate::limits::{Limits, LimitsHandle};
+use tollgate::ManualClock;
 
 #[allow(dead_code)]
 #[path = "../examples/gateway.rs"]

@@ -13,7 +13,8 @@ use std::time::Duration;
 use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use tollgate::{Limits, ManualClock};
+use tollgate::limits::Limits;
+use tollgate::ManualClock;
 
 #[allow(dead_code)]
 #[path = "../examples/gateway.rs"]

@@ -21,9 +21,8 @@ use http_body_util::{BodyExt, Empty, Full};
 use tollgate::http::{
     BodyMode, HeaderKey, HeaderMode, KeyExtractor, PassedThrough, RateLimitLayer,
 };
-use tollgate::{
-    FaultDetector, KeyedRateLimiter, ManualClock, PassReason, RateLimiter, SuccessRate,
-};
+use tollgate::safety::{FaultDetector, SuccessRate};
+use tollgate::{KeyedRateLimiter, ManualClock, PassReason, RateLimiter};
 use tower::{Layer, ServiceExt};
 
 async fn inner(req: Request<Empty<Bytes>>) -> Result<Response<Full<Bytes>>, Infallible> {

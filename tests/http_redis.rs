@@ -16,7 +16,8 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use redis_server::{prefix, shared, Redis};
 use tollgate::http::{HeaderKey, RateLimitLayer};
-use tollgate::{FailurePolicy, ManualClock, Quota, SharedRateLimiter};
+use tollgate::redis::{FailurePolicy, SharedRateLimiter};
+use tollgate::{ManualClock, Quota};
 
 fn api_key() -> HeaderKey {
     HeaderKey::new(HeaderName::from_static("x-api-key"))

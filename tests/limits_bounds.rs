@@ -1,6 +1,6 @@
-//! Bounds on a limits document (issue 18): at most [`MAX_POLICIES`] policies, refused as the
-//! parser meets the one past the cap; at most [`MAX_ALSO_POLICIES`] policies marked `also`;
-//! at most [`MAX_LISTED_ERRORS`] errors listed, then a count of the rest — in every format.
+//! Bounds on a limits document (issue 18): at most [`Limits::MAX_POLICIES`] policies, refused as the
+//! parser meets the one past the cap; at most [`Limits::MAX_ALSO_POLICIES`] policies marked `also`;
+//! at most [`Limits::MAX_LISTED_ERRORS`] errors listed, then a count of the rest — in every format.
 //!
 //! The one timing assertion compares two refusals in thread CPU time, as `tests/scaling.rs`
 //! does; none asserts an absolute time.
@@ -13,10 +13,7 @@ use std::time::Duration;
 mod cpu_time;
 use cpu_time::thread_cpu_time;
 
-use tollgate::{
-    ConfigErrorKind as Kind, Format, Limits, DEFAULT_GUARD, MAX_ALSO_POLICIES, MAX_LISTED_ERRORS,
-    MAX_POLICIES,
-};
+use tollgate::limits::{ConfigErrorKind as Kind, Format, Limits};
 
 const FORMATS: [Format; 3] = [Format::Toml, Format::Yaml, Format::Json];
 
@@ -106,7 +103,7 @@ fn assert_too_many_policies(format: Format, text: &str, line: usize) {
     assert_eq!(
         err.to_string(),
         "policies: more than 100000 policies; a document may have at most 100000 \
-         (tollgate::MAX_POLICIES): split it, or merge policies that share a quota",
+         (tollgate::limits::Limits::MAX_POLICIES): split it, or merge policies that share a quota",
         "{format}"
     );
 }
@@ -117,15 +114,15 @@ fn first_lines(text: &str) -> String {
 
 #[test]
 fn one_policy_past_the_cap_is_refused_naming_the_cap_in_every_format() {
-    assert_eq!(MAX_POLICIES, 100_000);
+    assert_eq!(Limits::MAX_POLICIES, 100_000);
     for format in FORMATS {
-        let text = valid(format, MAX_POLICIES + 1, 0, "1/s", 1);
+        let text = valid(format, Limits::MAX_POLICIES + 1, 0, "1/s", 1);
         // The 100,001st policy starts on this line: TOML spends 5 lines a policy after the
         // 2-line header, YAML 1 after 3, JSON 1 after 1.
         let line = match format {
-            Format::Toml => 3 + 5 * MAX_POLICIES,
-            Format::Yaml => 4 + MAX_POLICIES,
-            _ => 2 + MAX_POLICIES,
+            Format::Toml => 3 + 5 * Limits::MAX_POLICIES,
+            Format::Yaml => 4 + Limits::MAX_POLICIES,
+            _ => 2 + Limits::MAX_POLICIES,
         };
         assert_too_many_policies(format, &text, line);
     }
@@ -134,23 +131,23 @@ fn one_policy_past_the_cap_is_refused_naming_the_cap_in_every_format() {
 #[test]
 fn exactly_the_cap_is_accepted_in_every_format() {
     for format in FORMATS {
-        let text = valid(format, MAX_POLICIES, 0, "1/s", 1);
+        let text = valid(format, Limits::MAX_POLICIES, 0, "1/s", 1);
         let limits = Limits::parse(&text, format)
             .unwrap_or_else(|e| panic!("{format}: {}", first_lines(&e.to_string())));
-        assert_eq!(limits.policies().len(), MAX_POLICIES, "{format}");
+        assert_eq!(limits.policies().len(), Limits::MAX_POLICIES, "{format}");
     }
 }
 
 #[test]
 fn policies_written_as_an_inline_toml_array_count_too() {
-    let items: Vec<String> = (0..=MAX_POLICIES)
+    let items: Vec<String> = (0..=Limits::MAX_POLICIES)
         .map(|i| format!("{{ name = \"p{i}\", match = {{ route = \"/{i}\" }}, quota = \"1/s\" }}"))
         .collect();
     let text = format!(
         "schema = 1\nrevision = 1\npolicies = [\n{}\n]\n",
         items.join(",\n")
     );
-    assert_too_many_policies(Format::Toml, &text, 4 + MAX_POLICIES);
+    assert_too_many_policies(Format::Toml, &text, 4 + Limits::MAX_POLICIES);
     // Brackets and the word in strings and comments are not policies.
     let tricky = "schema = 1\nrevision = 1\n# [[policies]]\nnote = \"\"\"\n[[policies]]\n\"\"\"\n\
                   policies = [ { name = \"a\", match = { route = \"/[x]\" }, quota = \"1/s\" } ]\n";
@@ -161,7 +158,7 @@ fn policies_written_as_an_inline_toml_array_count_too() {
 #[test]
 fn a_yaml_alias_cannot_slip_more_policies_past_the_cap() {
     // The list is built under another key (not counted as it is read), then aliased.
-    let items = "- {}\n".repeat(MAX_POLICIES + 1);
+    let items = "- {}\n".repeat(Limits::MAX_POLICIES + 1);
     let text = format!("x: &all\n{items}schema: 1\nrevision: 1\npolicies: *all\n");
     let errors = Limits::from_yaml(&text).expect_err("too many");
     let kinds: Vec<Kind> = errors.iter().take(3).map(|e| e.kind()).collect();
@@ -185,7 +182,7 @@ fn refusal_time(format: Format, text: &str) -> Duration {
 #[test]
 fn refusing_four_times_the_cap_costs_about_what_one_past_it_does() {
     for format in FORMATS {
-        let (small, large) = (MAX_POLICIES + 1, 4 * (MAX_POLICIES + 1));
+        let (small, large) = (Limits::MAX_POLICIES + 1, 4 * (Limits::MAX_POLICIES + 1));
         let (small, large) = (empty_policies(format, small), empty_policies(format, large));
         let errors = Limits::parse(&large, format).expect_err("too many");
         assert_eq!(
@@ -211,10 +208,13 @@ fn refusing_four_times_the_cap_costs_about_what_one_past_it_does() {
 
 #[test]
 fn more_also_policies_than_the_cap_are_one_error_naming_it() {
-    assert_eq!(MAX_ALSO_POLICIES, 64);
+    assert_eq!(Limits::MAX_ALSO_POLICIES, 64);
     for format in FORMATS {
-        let ok = Limits::parse(&valid(format, 100, MAX_ALSO_POLICIES, "1/s", 1), format)
-            .unwrap_or_else(|e| panic!("{format}: {e}"));
+        let ok = Limits::parse(
+            &valid(format, 100, Limits::MAX_ALSO_POLICIES, "1/s", 1),
+            format,
+        )
+        .unwrap_or_else(|e| panic!("{format}: {e}"));
         assert_eq!(ok.policies().iter().filter(|p| p.also()).count(), 64);
         let errors = Limits::parse(&valid(format, 100, 80, "1/s", 1), format)
             .expect_err("65 and more `also` policies");
@@ -225,7 +225,7 @@ fn more_also_policies_than_the_cap_are_one_error_naming_it() {
         assert_eq!(
             err.message(),
             "80 policies marked `also`, more than 64; every request is checked against each \
-             one that matches: keep at most 64 (tollgate::MAX_ALSO_POLICIES), or give their \
+             one that matches: keep at most 64 (tollgate::limits::Limits::MAX_ALSO_POLICIES), or give their \
              limits to fewer policies",
             "{format}"
         );
@@ -240,10 +240,10 @@ fn one_error_each(format: Format, n: usize) -> String {
 
 #[test]
 fn errors_are_listed_up_to_the_cap_then_counted_in_every_format() {
-    assert_eq!(MAX_LISTED_ERRORS, 1_000);
+    assert_eq!(Limits::MAX_LISTED_ERRORS, 1_000);
     for format in FORMATS {
         let errors = Limits::parse(&one_error_each(format, 2_500), format).expect_err("2,500");
-        assert_eq!(errors.len(), MAX_LISTED_ERRORS, "{format}");
+        assert_eq!(errors.len(), Limits::MAX_LISTED_ERRORS, "{format}");
         assert_eq!(errors.omitted(), 1_500, "{format}");
         assert_eq!(errors.iter().count(), 1_000);
         assert_eq!(
@@ -269,7 +269,7 @@ fn errors_are_listed_up_to_the_cap_then_counted_in_every_format() {
 fn a_transition_lists_at_most_the_cap_of_unacknowledged_tightenings() {
     let old = Limits::from_toml(&valid(Format::Toml, 1_200, 0, "1000/s", 1)).expect("valid");
     let new = Limits::from_toml(&valid(Format::Toml, 1_200, 0, "1/s", 2)).expect("valid");
-    let errors = Limits::check_transition(&old, &new, DEFAULT_GUARD).expect_err("tighter");
+    let errors = Limits::check_transition(&old, &new, Limits::DEFAULT_GUARD).expect_err("tighter");
     assert_eq!((errors.len(), errors.omitted()), (1_000, 200));
     assert!(errors
         .iter()

@@ -1,6 +1,6 @@
 //! What a limits document costs in memory (issue 18), measured by a counting global
 //! allocator: bytes live after [`LimitsHandle::new`] per policy, and the peak while a
-//! document past [`MAX_POLICIES`] is refused.
+//! document past [`Limits::MAX_POLICIES`] is refused.
 //!
 //! The allocator counts every thread's allocations, so the tests of this file run one at a
 //! time (`ALONE`) and measure only what they do between two readings.
@@ -10,9 +10,8 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-use tollgate::{
-    Check, ConfigErrorKind, Format, Limits, LimitsHandle, ManualClock, Rollout, MAX_POLICIES,
-};
+use tollgate::limits::{ConfigErrorKind, Format, Limits, LimitsHandle, Rollout};
+use tollgate::{Check, ManualClock};
 
 /// The system allocator, counting the bytes live and their peak.
 struct Counting;
@@ -152,8 +151,8 @@ fn empty_policies(format: Format, n: usize) -> String {
 fn refusing_three_times_the_cap_peaks_where_refusing_one_past_it_does() {
     let _alone = alone();
     for format in [Format::Toml, Format::Yaml, Format::Json] {
-        let small = empty_policies(format, MAX_POLICIES + 1);
-        let large = empty_policies(format, 3 * MAX_POLICIES);
+        let small = empty_policies(format, Limits::MAX_POLICIES + 1);
+        let large = empty_policies(format, 3 * Limits::MAX_POLICIES);
         let refuse = |text: &str| {
             let (peak, parsed) = peak_of(|| Limits::parse(text, format).map(drop));
             let errors = parsed.expect_err("too many policies");

@@ -7,10 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread;
 
-use tollgate::{
-    Check, ConfigErrorKind, Format, Limits, LimitsHandle, ManualClock, PassReason, Rollout, Shadow,
-    Verdict,
-};
+use tollgate::limits::{ConfigErrorKind, Format, Limits, LimitsHandle, Rollout};
+use tollgate::{Check, ManualClock, PassReason, Shadow, Verdict};
 
 const DOC: &str = r#"
 schema = 1
@@ -442,7 +440,7 @@ fn a_rollout_checks_every_policy_of_the_document_its_key_is_on() {
 #[test]
 fn many_also_policies_resolve_by_index() {
     // 20,000 policies on distinct exact routes and 64 also policies on prefixes (the most a
-    // document may have, tollgate::MAX_ALSO_POLICIES): each request finds its few matches
+    // document may have, tollgate::limits::Limits::MAX_ALSO_POLICIES): each request finds its few matches
     // without scanning the list.
     let mut text = String::from("schema = 1\nrevision = 1\n");
     for i in 0..20_000 {

@@ -4,10 +4,9 @@
 use std::time::Duration;
 
 use proptest::prelude::*;
-use tollgate::{
-    Check, KeyedRateLimiter, ManualClock, Priorities, PriorityError, Quota, RateLimiter,
-    RateLimiterBuilder, Verdict,
-};
+use tollgate::limiter::RateLimiterBuilder;
+use tollgate::shaping::{Priorities, PriorityError};
+use tollgate::{Check, KeyedRateLimiter, ManualClock, Quota, RateLimiter, Verdict};
 
 const CHUNK: u64 = 64 << 10;
 const HEARTBEAT: u64 = 1 << 10;

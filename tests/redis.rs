@@ -16,9 +16,8 @@ use common::{byte_spec, request_spec, Model, Obs, Per, Spec};
 use proptest::prelude::*;
 use redis::Commands;
 use redis_server::{connection, prefix, shared, Redis};
-use tollgate::{
-    BackendError, Check, DenyReason, ManualClock, Quota, SharedRateLimiter, Verdict, MAX_TAU_MICROS,
-};
+use tollgate::redis::{BackendError, SharedRateLimiter};
+use tollgate::{Check, DenyReason, ManualClock, Quota, Verdict};
 
 fn rt() -> &'static tokio::runtime::Runtime {
     static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
@@ -50,7 +49,7 @@ fn limiter(r: &Redis, test: &str, quota: Quota, clock: &ManualClock) -> SharedRa
 // ---------------------------------------------------------------------------------------------
 // The oracle in µs
 
-const MAX_TAU_US: u128 = MAX_TAU_MICROS as u128;
+const MAX_TAU_US: u128 = SharedRateLimiter::MAX_TAU_MICROS as u128;
 
 /// The spec as the Redis limiter counts it: the same rules with µs as the time unit, derived
 /// from the written parts (DESIGN §4 with P in µs), the burst capped at 2^50 µs of τ.
@@ -312,7 +311,7 @@ fn the_rescale_is_exact_at_the_documented_maxima() {
     let Some(r) = redis("rescale_maxima") else {
         return;
     };
-    let max = MAX_TAU_MICROS;
+    let max = SharedRateLimiter::MAX_TAU_MICROS;
     let now_us: u64 = (1 << 52) - (1 << 40);
     let clock = ManualClock::at(Duration::from_micros(now_us));
     let mut con = connection(&r.url);
@@ -633,7 +632,7 @@ fn the_limiter_is_send_and_sync() {
 fn a_fault_detector_passes_through_up_to_its_ceiling_and_ends_on_time() {
     let Some(r) = redis("detector") else { return };
     let clock = ManualClock::at(Duration::from_secs(10));
-    let detector = tollgate::FaultDetector::builder()
+    let detector = tollgate::safety::FaultDetector::builder()
         .clock(clock.clone())
         .ceiling(Some(3))
         .build();

@@ -11,7 +11,8 @@ mod secure_redis;
 use std::time::Duration;
 
 use secure_redis::Server;
-use tollgate::{BackendError, FailurePolicy, SharedRateLimiter, Verdict};
+use tollgate::redis::{BackendError, FailurePolicy, SharedRateLimiter};
+use tollgate::Verdict;
 
 const DEADLINE: Duration = Duration::from_secs(2);
 const PASSWORD: &str = "s3cret-pw";

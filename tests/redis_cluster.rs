@@ -14,7 +14,8 @@ use std::time::Duration;
 
 use redis_cluster::Cluster;
 use redis_server::prefix;
-use tollgate::{DenyReason, ManualClock, SharedRateLimiter, SharedRateLimiterBuilder, Verdict};
+use tollgate::redis::{SharedRateLimiter, SharedRateLimiterBuilder};
+use tollgate::{DenyReason, ManualClock, Verdict};
 
 /// Long enough that a loaded 2-core machine never turns a check into a timeout: these tests
 /// count fallbacks, and expect none.
@@ -249,7 +250,10 @@ async fn seeds_with_a_database_other_than_0_are_refused_at_build() {
         .seed_urls(&["redis://127.0.0.1:7001/2"])
         .build()
         .unwrap_err();
-    assert!(matches!(err, tollgate::BackendError::Cluster(_)), "{err:?}");
+    assert!(
+        matches!(err, tollgate::redis::BackendError::Cluster(_)),
+        "{err:?}"
+    );
 }
 
 /// One node's URL with a database other than 0: the node refuses `SELECT`, and no check could

@@ -13,7 +13,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis_cluster::connection;
-use tollgate::{DenyReason, PassReason, Shadow, SharedRateLimiter, Verdict};
+use tollgate::redis::SharedRateLimiter;
+use tollgate::{DenyReason, PassReason, Shadow, Verdict};
 
 /// One destructive test at a time: each starts a cluster of its own, and two clusters failing
 /// over and resharding at once on a 2-core machine stretch each other's timings past the

@@ -11,10 +11,8 @@ use std::time::{Duration, Instant};
 
 use redis::Commands;
 use redis_server::{connection, own, own_with, prefix};
-use tollgate::{
-    BreakerConfig, DenyReason, FailurePolicy, ManualClock, PassReason, Quota, Shadow,
-    SharedRateLimiter, Verdict,
-};
+use tollgate::redis::{BreakerConfig, FailurePolicy, SharedRateLimiter};
+use tollgate::{DenyReason, ManualClock, PassReason, Quota, Shadow, Verdict};
 
 fn q(s: &str) -> Quota {
     s.parse().unwrap()
@@ -22,7 +20,7 @@ fn q(s: &str) -> Quota {
 
 const DEADLINE: Duration = Duration::from_millis(20);
 
-fn builder(url: &str, quota: &str) -> tollgate::SharedRateLimiterBuilder {
+fn builder(url: &str, quota: &str) -> tollgate::redis::SharedRateLimiterBuilder {
     SharedRateLimiter::builder(q(quota), url)
         .prefix(&prefix("faults"))
         .deadline(DEADLINE)

@@ -3,7 +3,8 @@
 //! needed: the builder connects lazily and `keys` computes locally.
 #![cfg(feature = "redis")]
 
-use tollgate::{BackendError, Quota, SharedRateLimiter};
+use tollgate::redis::{BackendError, SharedRateLimiter};
+use tollgate::Quota;
 
 fn q(s: &str) -> Quota {
     s.parse().unwrap()

@@ -20,7 +20,8 @@ use std::time::Duration;
 
 use common::Obs;
 use redis_server::{connection, own, prefix, shared, Redis};
-use tollgate::{ManualClock, Quota, SharedRateLimiter, Verdict};
+use tollgate::redis::SharedRateLimiter;
+use tollgate::{ManualClock, Quota, Verdict};
 
 fn rt() -> &'static tokio::runtime::Runtime {
     static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
@@ -423,7 +424,7 @@ fn lease_settings_out_of_range_are_refused_at_build() {
         ("no time", b().lease(5).lease_time(Duration::ZERO).build()),
     ] {
         assert!(
-            matches!(r, Err(tollgate::BackendError::InvalidSetting(_))),
+            matches!(r, Err(tollgate::redis::BackendError::InvalidSetting(_))),
             "{what}: {r:?}"
         );
     }

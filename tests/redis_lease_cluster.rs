@@ -11,7 +11,8 @@ mod redis_server;
 use std::time::Duration;
 
 use redis_server::prefix;
-use tollgate::{ManualClock, SharedRateLimiter, Verdict};
+use tollgate::redis::SharedRateLimiter;
+use tollgate::{ManualClock, Verdict};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hot_customers_on_every_master_take_leases() {

@@ -22,10 +22,8 @@ use http_body_util::{BodyExt, Empty, Full};
 use redis_server::{connection, own, prefix, shared};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tollgate::http::{HeaderKey, OnMissingKey, PassedThrough, RateLimitLayer};
-use tollgate::{
-    BreakerConfig, Check, DenyReason, FailurePolicy, ManualClock, PassReason, Quota, Shadow,
-    SharedRateLimiter, Verdict,
-};
+use tollgate::redis::{BreakerConfig, FailurePolicy, SharedRateLimiter};
+use tollgate::{Check, DenyReason, ManualClock, PassReason, Quota, Shadow, Verdict};
 use tower::{Layer, ServiceExt};
 
 type Res = Response<tollgate::http::RateLimitBody<Full<Bytes>>>;

@@ -10,7 +10,8 @@ mod redis_server;
 use std::time::{Duration, Instant};
 
 use redis_server::{own, prefix};
-use tollgate::{BreakerConfig, DenyReason, FailurePolicy, Quota, SharedRateLimiter, Verdict};
+use tollgate::redis::{BreakerConfig, FailurePolicy, SharedRateLimiter};
+use tollgate::{DenyReason, Quota, Verdict};
 
 fn q(s: &str) -> Quota {
     s.parse().unwrap()

@@ -11,13 +11,14 @@ mod secure_redis;
 use std::time::Duration;
 
 use secure_redis::{Pki, Server};
-use tollgate::{BackendError, FailurePolicy, SharedRateLimiter, Verdict};
+use tollgate::redis::{BackendError, FailurePolicy, SharedRateLimiter};
+use tollgate::Verdict;
 
 /// Far above a loopback handshake on a loaded machine: a check that failed on a certificate
 /// must have failed on it, not on the deadline.
 const DEADLINE: Duration = Duration::from_secs(2);
 
-fn builder(url: &str, policy: FailurePolicy) -> tollgate::SharedRateLimiterBuilder {
+fn builder(url: &str, policy: FailurePolicy) -> tollgate::redis::SharedRateLimiterBuilder {
     SharedRateLimiter::builder("2/s".parse().unwrap(), url)
         .deadline(DEADLINE)
         .failure_policy(policy)
@@ -203,7 +204,7 @@ async fn bad_certificates_and_keys_are_refused_at_build() {
     let pki = Pki::new("tollgate test CA");
     let other = Pki::new("another CA");
     let url = "rediss://127.0.0.1:1/";
-    let build = |b: tollgate::SharedRateLimiterBuilder| b.build().map(|_| ()).unwrap_err();
+    let build = |b: tollgate::redis::SharedRateLimiterBuilder| b.build().map(|_| ()).unwrap_err();
 
     let e = build(builder(url, FailurePolicy::Local).tls_root_ca(b"garbage"));
     assert!(

@@ -7,10 +7,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
-use tollgate::{
-    Check, ConfigErrorKind, DenyReason, FaultDetector, Limits, LimitsHandle, ManualClock,
-    PassReason, Shadow, Verdict,
-};
+use tollgate::limits::{ConfigErrorKind, Limits, LimitsHandle};
+use tollgate::safety::FaultDetector;
+use tollgate::{Check, DenyReason, ManualClock, PassReason, Shadow, Verdict};
 
 const ONE: Check = Check::cost(1);
 
@@ -52,7 +51,7 @@ fn handle(limits: Limits, clock: &ManualClock) -> LimitsHandle {
         .build()
 }
 
-fn check(h: &LimitsHandle, route: &str, key: &str) -> tollgate::Decision {
+fn check(h: &LimitsHandle, route: &str, key: &str) -> tollgate::limits::Decision {
     h.check("free", "api", route, key, ONE)
         .expect("cost 1 fits every burst")
 }
@@ -61,7 +60,7 @@ fn check(h: &LimitsHandle, route: &str, key: &str) -> tollgate::Decision {
 fn handle_and_rollout_are_send_and_sync() {
     fn assert_send_sync<T: Send + Sync>() {}
     assert_send_sync::<LimitsHandle>();
-    assert_send_sync::<tollgate::Rollout>();
+    assert_send_sync::<tollgate::limits::Rollout>();
 }
 
 /// 8 threads check while the document is swapped 1,000 times. On a frozen clock an exhausted

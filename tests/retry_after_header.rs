@@ -109,7 +109,7 @@ fn the_retry_budget_answer_is_a_header_too() {
     let clock = ManualClock::new();
     let lim = RateLimiter::builder(q("100/s"))
         .clock(clock.clone())
-        .retry_budget(tollgate::RetryBudget::new().with_floor(0))
+        .retry_budget(tollgate::shaping::RetryBudget::new().with_floor(0))
         .build();
     let v = lim.check_with(tollgate::Check::cost(1).attempt(1)).unwrap();
     assert_eq!(v.denied().unwrap().retry_after_secs(), 10);

@@ -6,13 +6,14 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::time::Duration;
 
-use tollgate::{Backoff, Check, ManualClock, RateLimiter, RetryBudget, Verdict};
+use tollgate::shaping::{Backoff, RetryBudget};
+use tollgate::{Check, ManualClock, RateLimiter, Verdict};
 
 const CLIENTS: u64 = 1_000;
 /// Every client sends one write a second for 10 s: 10,000 originals in all.
 const WRITES: u64 = 10;
 
-struct Outcome {
+struct RequestOutcome {
     originals: u64,
     retries_admitted: u64,
     retry_times: Vec<u64>,
@@ -20,7 +21,7 @@ struct Outcome {
     min_delay: Duration,
 }
 
-fn storm(budget: Option<RetryBudget>) -> Outcome {
+fn storm(budget: Option<RetryBudget>) -> RequestOutcome {
     let clock = ManualClock::new();
     let mut builder = RateLimiter::builder("20000/s".parse().unwrap()).clock(clock.clone());
     if let Some(b) = budget {
@@ -38,7 +39,7 @@ fn storm(budget: Option<RetryBudget>) -> Outcome {
     let backoffs: Vec<Backoff> = (0..CLIENTS)
         .map(|c| Backoff::builder().seed(c).max_retries(3).build().unwrap())
         .collect();
-    let mut out = Outcome {
+    let mut out = RequestOutcome {
         originals: 0,
         retries_admitted: 0,
         retry_times: Vec::new(),

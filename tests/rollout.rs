@@ -5,7 +5,8 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use tollgate::{Check, Limits, ManualClock, Rollout, RolloutState, Stage, DEFAULT_STAGES};
+use tollgate::limits::{Limits, Rollout, RolloutStage, RolloutState};
+use tollgate::{Check, ManualClock};
 
 const TICK: Duration = Duration::from_millis(100);
 const KEYS: usize = 1_000;
@@ -135,7 +136,7 @@ fn harmless_change_promotes_on_schedule() {
     let clock = ManualClock::new();
     let start = clock.now();
     let rollout = Rollout::new(doc(1, "10/s", ""), doc(2, "20/s", ""), clock.clone()).unwrap();
-    assert_eq!(rollout.stages(), DEFAULT_STAGES);
+    assert_eq!(rollout.stages(), Rollout::DEFAULT_STAGES);
     let complete = |r: &Rollout| matches!(r.state(), RolloutState::Complete { .. });
     let run = simulate(&rollout, &clock, 11 * 60 * 10, complete);
     assert!(run.ever_denied.is_empty());
@@ -189,8 +190,8 @@ fn manual_promote_halt_and_revert() {
     let rollout = Rollout::builder(doc(1, "10/s", ""), doc(2, "20/s", ""))
         .clock(clock.clone())
         .stages([
-            Stage::new(100, Duration::from_secs(60)),
-            Stage::new(2_500, Duration::from_secs(60)),
+            RolloutStage::new(100, Duration::from_secs(60)),
+            RolloutStage::new(2_500, Duration::from_secs(60)),
         ])
         .build()
         .unwrap();
@@ -242,7 +243,7 @@ fn unacknowledged_tightening_cannot_be_rolled_out() {
         Rollout::new(doc(1, "10/s", ""), doc(2, "10/min", ""), ManualClock::new()).unwrap_err();
     assert_eq!(
         errs[0].kind(),
-        tollgate::ConfigErrorKind::UnacknowledgedTightening
+        tollgate::limits::ConfigErrorKind::UnacknowledgedTightening
     );
 }
 

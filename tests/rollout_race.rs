@@ -18,7 +18,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Barrier;
 use std::time::Duration;
 
-use tollgate::{Check, Limits, ManualClock, Rollout, Stage};
+use tollgate::limits::{Limits, Rollout, RolloutStage};
+use tollgate::{Check, ManualClock};
 
 /// 10 per minute. The clock stands still during the race, so nothing refills and every key's
 /// count of allowed checks is exact.
@@ -69,7 +70,7 @@ fn racing_joiners_get_exactly_their_carried_share_and_the_old_state_survives() {
         let long = Duration::from_secs(1_000_000);
         let rollout = Rollout::builder(doc(1), doc(2))
             .clock(clock.clone())
-            .stages([Stage::new(1, long), Stage::new(5_000, long)])
+            .stages([RolloutStage::new(1, long), RolloutStage::new(5_000, long)])
             .seed(u128::from(round) + 1)
             .build()
             .expect("a harmless change");

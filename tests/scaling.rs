@@ -15,10 +15,7 @@ use std::time::Duration;
 mod cpu_time;
 use cpu_time::thread_cpu_time;
 
-use tollgate::{
-    ConfigErrorKind as Kind, Format, Limits, LimitsHandle, DEFAULT_GUARD, MAX_DEPTH,
-    MAX_DOCUMENT_BYTES,
-};
+use tollgate::limits::{ConfigErrorKind as Kind, Format, Limits, LimitsHandle};
 
 /// Repetitions of each case; the fastest counts, which filters out scheduler noise.
 const REPS: usize = 7;
@@ -216,7 +213,7 @@ fn check_transition_scales_near_linearly() {
         "check_transition",
         transition,
         |(old, new)| {
-            Limits::check_transition(old, new, DEFAULT_GUARD)
+            Limits::check_transition(old, new, Limits::DEFAULT_GUARD)
                 .unwrap_or_else(|e| panic!("every tightening is acknowledged: {e}"))
         },
         POLICIES,
@@ -379,16 +376,16 @@ fn nesting_at_the_limit_is_accepted_and_one_more_level_is_not() {
         let (open, close) = ("[".repeat(depth - 1), "]".repeat(depth - 1));
         format!("{head}{open}{close}}}")
     };
-    let errors = Limits::from_json(&nested(MAX_DEPTH)).expect_err("tiers holds no names");
+    let errors = Limits::from_json(&nested(Limits::MAX_DEPTH)).expect_err("tiers holds no names");
     assert!(errors.iter().all(|e| e.kind() != Kind::TooDeep), "{errors}");
-    let errors = Limits::from_json(&nested(MAX_DEPTH + 1)).expect_err("too deep");
+    let errors = Limits::from_json(&nested(Limits::MAX_DEPTH + 1)).expect_err("too deep");
     assert_eq!(errors.len(), 1, "{errors}");
     assert_eq!(errors[0].kind(), Kind::TooDeep, "{errors}");
     assert_eq!(
         errors[0].to_string(),
         format!(
             "line 1, column {}: nesting deeper than 64 levels; a limits document needs 5",
-            head.len() + MAX_DEPTH
+            head.len() + Limits::MAX_DEPTH
         )
     );
 }
@@ -439,7 +436,7 @@ fn a_yaml_alias_bomb_is_refused_without_expanding_it() {
 
 #[test]
 fn a_document_beyond_the_size_limit_is_refused_before_parsing() {
-    let filler = "#".repeat(MAX_DOCUMENT_BYTES);
+    let filler = "#".repeat(Limits::MAX_DOCUMENT_BYTES);
     for format in [Format::Toml, Format::Yaml, Format::Json] {
         // Not even valid syntax: the size is checked first.
         let text = format!("{filler}\n{{[");

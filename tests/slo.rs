@@ -6,9 +6,8 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::Duration;
 
-use tollgate::{
-    ManualClock, Outcome, SloAlert, SloConfigError, SuccessRate, SuccessRateBuilder, OTHER_TIER,
-};
+use tollgate::safety::{RequestOutcome, SloAlert, SloConfigError, SuccessRate, SuccessRateBuilder};
+use tollgate::ManualClock;
 
 /// One simulation step: 100 ms.
 const STEP: Duration = Duration::from_millis(100);
@@ -322,7 +321,10 @@ fn unknown_tiers_go_to_other() {
     slo.record("paid", 200);
     let snapshot = slo.snapshot();
     let names: Vec<&str> = snapshot.iter().map(|t| t.tier()).collect();
-    assert_eq!(names, ["free", "paid", "enterprise", OTHER_TIER]);
+    assert_eq!(
+        names,
+        ["free", "paid", "enterprise", SuccessRate::OTHER_TIER]
+    );
     assert_eq!(snapshot[1].successes(), 1);
     assert_eq!(snapshot[3].successes(), 5);
 }
@@ -330,27 +332,31 @@ fn unknown_tiers_go_to_other() {
 #[test]
 fn statuses_are_classified() {
     for (status, outcome) in [
-        (100, Outcome::Success),
-        (200, Outcome::Success),
-        (204, Outcome::Success),
-        (304, Outcome::Success),
-        (399, Outcome::Success),
-        (400, Outcome::ClientError),
-        (404, Outcome::ClientError),
-        (428, Outcome::ClientError),
-        (429, Outcome::RateLimited),
-        (430, Outcome::ClientError),
-        (499, Outcome::ClientError),
-        (500, Outcome::ServerError),
-        (503, Outcome::ServerError),
-        (599, Outcome::ServerError),
+        (100, RequestOutcome::Success),
+        (200, RequestOutcome::Success),
+        (204, RequestOutcome::Success),
+        (304, RequestOutcome::Success),
+        (399, RequestOutcome::Success),
+        (400, RequestOutcome::ClientError),
+        (404, RequestOutcome::ClientError),
+        (428, RequestOutcome::ClientError),
+        (429, RequestOutcome::RateLimited),
+        (430, RequestOutcome::ClientError),
+        (499, RequestOutcome::ClientError),
+        (500, RequestOutcome::ServerError),
+        (503, RequestOutcome::ServerError),
+        (599, RequestOutcome::ServerError),
         // Not an HTTP status: not a useful response either.
-        (0, Outcome::ServerError),
-        (99, Outcome::ServerError),
-        (600, Outcome::ServerError),
-        (u16::MAX, Outcome::ServerError),
+        (0, RequestOutcome::ServerError),
+        (99, RequestOutcome::ServerError),
+        (600, RequestOutcome::ServerError),
+        (u16::MAX, RequestOutcome::ServerError),
     ] {
-        assert_eq!(Outcome::from_status(status), outcome, "status {status}");
+        assert_eq!(
+            RequestOutcome::from_status(status),
+            outcome,
+            "status {status}"
+        );
     }
 
     let clock = ManualClock::new();
@@ -358,7 +364,7 @@ fn statuses_are_classified() {
     for status in [200, 201, 302, 429, 429, 500, 0, 404, 400] {
         slo.record("free", status);
     }
-    slo.record_outcome("free", Outcome::RateLimited);
+    slo.record_outcome("free", RequestOutcome::RateLimited);
     clock.advance(secs(60.0));
     let free = &slo.snapshot()[0];
     assert_eq!(free.successes(), 3);

@@ -7,10 +7,9 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tollgate::{
-    Baseline, Check, ClockFault, FaultDetector, HourSample, Limits, LimitsHandle, ManualClock,
-    RateLimiter, Rollout, SuccessRate, Watchdog,
-};
+use tollgate::limits::{Limits, LimitsHandle, Rollout};
+use tollgate::safety::{Baseline, ClockFault, FaultDetector, HourSample, SuccessRate, Watchdog};
+use tollgate::{Check, ManualClock, RateLimiter};
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Level, Metadata, Subscriber};
@@ -316,11 +315,11 @@ fn the_redis_breaker_opening_is_one_warn_event() {
     let capture = Capture::default();
     tracing::subscriber::with_default(capture.clone(), || {
         let _guard = rt.enter();
-        let lim = tollgate::SharedRateLimiter::builder(
+        let lim = tollgate::redis::SharedRateLimiter::builder(
             "10/s".parse().unwrap(),
             &format!("redis://127.0.0.1:{port}/"),
         )
-        .failure_policy(tollgate::FailurePolicy::Open)
+        .failure_policy(tollgate::redis::FailurePolicy::Open)
         .deadline(Duration::from_millis(200))
         .build()
         .unwrap();

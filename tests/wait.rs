@@ -9,9 +9,10 @@ use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
+use tollgate::safety::FaultDetector;
 use tollgate::{
-    DenyReason, FaultDetector, KeyedRateLimiter, ManualClock, PassReason, Quota, RateLimiter,
-    Shadow, Verdict, Wait,
+    DenyReason, KeyedRateLimiter, ManualClock, PassReason, Quota, RateLimiter, Shadow, Verdict,
+    Wait,
 };
 
 fn q(s: &str) -> Quota {
@@ -194,7 +195,7 @@ fn waiters_wake_spread_out_and_a_dropped_wait_leaves_nothing_behind() {
     assert_eq!(lim.peek_key(&1), key_before);
     assert_eq!(direct.peek(), direct_before);
     assert_eq!(lim.len(), 1);
-    let stats = lim.stats().unwrap();
+    let stats = lim.stats();
     assert_eq!((stats.allowed, stats.denied_quota), (1, 50));
     // After the retry-after, exactly one unit is there: nothing was reserved meanwhile.
     clock.advance(Duration::from_millis(100));

@@ -7,9 +7,10 @@
 use std::thread;
 use std::time::Duration;
 
+use tollgate::safety::{ClockFault, FaultDetector, Watchdog};
 use tollgate::{
-    Clock, ClockFault, DenyReason, FaultDetector, KeyedRateLimiter, ManualClock, PassReason, Quota,
-    RateLimiter, Shadow, Verdict, Watchdog,
+    Clock, DenyReason, KeyedRateLimiter, ManualClock, PassReason, Quota, RateLimiter, Shadow,
+    Verdict,
 };
 
 fn q(s: &str) -> Quota {

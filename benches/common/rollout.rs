@@ -12,7 +12,8 @@
 
 use std::time::Duration;
 
-use tollgate::{Check, Limits, LimitsHandle, Rollout, Stage};
+use tollgate::limits::{Limits, LimitsHandle, Rollout, RolloutStage};
+use tollgate::Check;
 
 /// The request every check makes: the `api` policy matches it in both documents.
 pub const REQUEST: (&str, &str, &str) = ("free", "api", "/api/items");
@@ -39,7 +40,7 @@ impl Fixture {
     pub fn new(keys: usize) -> Self {
         let long = Duration::from_secs(1_000_000);
         let rollout = Rollout::builder(doc(1), doc(2))
-            .stages([Stage::new(1, long), Stage::new(5_000, long)])
+            .stages([RolloutStage::new(1, long), RolloutStage::new(5_000, long)])
             .seed(0x5eed)
             .build()
             .expect("a harmless change");

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use tollgate::FaultDetector;
+use tollgate::safety::FaultDetector;
 
 /// Runs `pass` (one pass of checks over the keys) until `detector` has closed two sub-buckets
 /// after the first pass — the first close brings its breadth panel down to size, the second

@@ -30,14 +30,14 @@ impl Check {
     }
 
     /// The attempt number: 0 for an original request, 1 for its first retry, and so on. A
-    /// retry must fit the limiter's [`RetryBudget`](crate::RetryBudget), if one is attached,
+    /// retry must fit the limiter's [`RetryBudget`](crate::shaping::RetryBudget), if one is attached,
     /// and is counted apart in [`Stats`](crate::Stats).
     #[inline]
     pub const fn attempt(self, attempt: u32) -> Self {
         Self { attempt, ..self }
     }
 
-    /// The priority class: 0 is the most critical. With [`Priorities`](crate::Priorities)
+    /// The priority class: 0 is the most critical. With [`Priorities`](crate::shaping::Priorities)
     /// attached, the class decides how much of the burst the check may use; without them it
     /// is ignored.
     #[inline]

@@ -152,11 +152,12 @@ impl fmt::Display for Quoted<'_> {
 /// What was wrong with a limits document; see [`ConfigError::kind`].
 ///
 /// ```
-/// use tollgate::{ConfigErrorKind, Limits, QuotaErrorKind};
+/// use tollgate::QuotaErrorKind;
+/// use tollgate::limits::{ConfigErrorKind, Limits};
 ///
 /// let errs = Limits::from_toml("schema = 1\nrevision = 1\npolicies = [{ name = \"a\", match = { route = \"/\" }, quota = \"10\" }]\n").unwrap_err();
 /// assert_eq!(errs[0].kind(), ConfigErrorKind::Quota(QuotaErrorKind::MissingUnit));
-/// # Ok::<(), tollgate::ConfigErrors>(())
+/// # Ok::<(), tollgate::limits::ConfigErrors>(())
 /// ```
 #[cfg(feature = "config")]
 #[cfg_attr(docsrs, doc(cfg(feature = "config")))]
@@ -201,17 +202,17 @@ pub enum ConfigErrorKind {
     UnacknowledgedTightening,
     /// A changed document whose revision is not above the running one.
     StaleRevision,
-    /// Lists and tables nested deeper than [`MAX_DEPTH`](crate::MAX_DEPTH) levels; refused
+    /// Lists and tables nested deeper than [`MAX_DEPTH`](crate::limits::Limits::MAX_DEPTH) levels; refused
     /// where the parser meets it, with its line and column.
     TooDeep,
-    /// A document longer than [`MAX_DOCUMENT_BYTES`](crate::MAX_DOCUMENT_BYTES), refused
+    /// A document longer than [`MAX_DOCUMENT_BYTES`](crate::limits::Limits::MAX_DOCUMENT_BYTES), refused
     /// before it is parsed, or YAML aliases that would copy more than the document's own
     /// size (an alias bomb).
     TooLarge,
-    /// More than [`MAX_POLICIES`](crate::MAX_POLICIES) policies, refused as the parser meets
+    /// More than [`MAX_POLICIES`](crate::limits::Limits::MAX_POLICIES) policies, refused as the parser meets
     /// the one past the cap (with its line and column), before the rest is read.
     TooManyPolicies,
-    /// More than [`MAX_ALSO_POLICIES`](crate::MAX_ALSO_POLICIES) policies marked `also`: a
+    /// More than [`MAX_ALSO_POLICIES`](crate::limits::Limits::MAX_ALSO_POLICIES) policies marked `also`: a
     /// request is checked against every one of them that matches.
     TooManyAlsoPolicies,
 }
@@ -226,7 +227,7 @@ pub enum ConfigErrorKind {
 /// ends with the hint when there is one; `hint` gives it alone.
 ///
 /// ```
-/// use tollgate::{ConfigErrorKind, Limits};
+/// use tollgate::limits::{ConfigErrorKind, Limits};
 ///
 /// let doc = r#"
 /// schema = 1
@@ -247,7 +248,7 @@ pub enum ConfigErrorKind {
 ///     err.to_string(),
 ///     r#"policies[free-search].match.categroy: unknown field; did you mean "category"?"#
 /// );
-/// # Ok::<(), tollgate::ConfigErrors>(())
+/// # Ok::<(), tollgate::limits::ConfigErrors>(())
 /// ```
 #[cfg(feature = "config")]
 #[cfg_attr(docsrs, doc(cfg(feature = "config")))]
@@ -301,11 +302,11 @@ impl ConfigError {
     /// What kind of mistake this is.
     ///
     /// ```
-    /// use tollgate::{ConfigErrorKind, Limits};
+    /// use tollgate::limits::{ConfigErrorKind, Limits};
     ///
     /// let errs = Limits::from_json(r#"{"schema": 2, "revision": 1, "policies": []}"#).unwrap_err();
     /// assert_eq!(errs[0].kind(), ConfigErrorKind::UnsupportedSchema);
-    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// # Ok::<(), tollgate::limits::ConfigErrors>(())
     /// ```
     pub fn kind(&self) -> ConfigErrorKind {
         self.kind
@@ -316,11 +317,11 @@ impl ConfigError {
     /// errors about the text or the file as a whole (syntax, I/O).
     ///
     /// ```
-    /// use tollgate::Limits;
+    /// use tollgate::limits::Limits;
     ///
     /// let errs = Limits::from_json(r#"{"schema": 1, "policies": []}"#).unwrap_err();
     /// assert_eq!(errs[0].path(), "revision");
-    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// # Ok::<(), tollgate::limits::ConfigErrors>(())
     /// ```
     pub fn path(&self) -> &str {
         &self.path
@@ -329,11 +330,11 @@ impl ConfigError {
     /// What is wrong, ending with the hint when there is one, on one line.
     ///
     /// ```
-    /// use tollgate::Limits;
+    /// use tollgate::limits::Limits;
     ///
     /// let errs = Limits::from_json(r#"{"schema": 1, "policies": []}"#).unwrap_err();
     /// assert_eq!(errs[0].message(), "missing field; add `revision`, the document's version (an integer)");
-    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// # Ok::<(), tollgate::limits::ConfigErrors>(())
     /// ```
     pub fn message(&self) -> &str {
         &self.message
@@ -342,11 +343,11 @@ impl ConfigError {
     /// The fix alone, such as `write "10/s" or "10/min"` or `did you mean "category"?`.
     ///
     /// ```
-    /// use tollgate::Limits;
+    /// use tollgate::limits::Limits;
     ///
     /// let errs = Limits::from_json(r#"{"schema": 1, "policies": []}"#).unwrap_err();
     /// assert_eq!(errs[0].hint(), Some("add `revision`, the document's version (an integer)"));
-    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// # Ok::<(), tollgate::limits::ConfigErrors>(())
     /// ```
     pub fn hint(&self) -> Option<&str> {
         self.hint.as_deref()
@@ -355,16 +356,16 @@ impl ConfigError {
     /// The 1-based line where the error is: of the offending value (or of its key, for an
     /// unknown or repeated field; of the table, for a missing one), or of a syntax error.
     /// `None` for errors about no place in the text: I/O, the file name, and the errors of
-    /// a transition between two documents ([`Limits::check_transition`](crate::Limits::check_transition)).
+    /// a transition between two documents ([`Limits::check_transition`](crate::limits::Limits::check_transition)).
     ///
     /// ```
-    /// use tollgate::Limits;
+    /// use tollgate::limits::Limits;
     ///
     /// let errs = Limits::from_json("{\n  \"schema\": 1,\n  oops\n}").unwrap_err();
     /// assert_eq!(errs[0].line(), Some(3));
     /// let errs = Limits::from_yaml("schema: 1\nrevision: 1\npolicies:\n  - name: a\n    match: { route: /a }\n    quota: 10\n").unwrap_err();
     /// assert_eq!((errs[0].path(), errs[0].line()), ("policies[a].quota", Some(6)));
-    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// # Ok::<(), tollgate::limits::ConfigErrors>(())
     /// ```
     pub fn line(&self) -> Option<usize> {
         self.position.map(|(line, _)| line)
@@ -373,11 +374,11 @@ impl ConfigError {
     /// The 1-based column (in characters) where the error is; see [`line`](ConfigError::line).
     ///
     /// ```
-    /// use tollgate::Limits;
+    /// use tollgate::limits::Limits;
     ///
     /// let errs = Limits::from_json("{\n  \"schema\": 1,\n  oops\n}").unwrap_err();
     /// assert_eq!(errs[0].column(), Some(3));
-    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// # Ok::<(), tollgate::limits::ConfigErrors>(())
     /// ```
     pub fn column(&self) -> Option<usize> {
         self.position.map(|(_, column)| column)

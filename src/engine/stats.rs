@@ -11,11 +11,12 @@ use crate::engine::verdict::{DenyReason, PassReason, Shadow, Verdict};
 /// Counts of checks by outcome, as a metrics exporter reads them.
 ///
 /// Every limiter counts each check exactly once (a zero-cost check is not counted): as allowed,
-/// denied (by reason) or passed through (by reason); a [`FaultDetector`](crate::FaultDetector)
+/// denied (by reason) or passed through (by reason); a [`FaultDetector`](crate::safety::FaultDetector)
 /// counts the checks of every limiter it watches. Labels are fixed: never a key.
 ///
 /// ```
-/// use tollgate::{FaultDetector, RateLimiter};
+/// use tollgate::RateLimiter;
+/// use tollgate::safety::FaultDetector;
 ///
 /// let detector = FaultDetector::new();
 /// let lim = RateLimiter::builder("1/s".parse()?).detector(detector.clone()).build();
@@ -52,7 +53,7 @@ pub struct Stats {
     pub passed_other: u64,
     /// Of the pass-throughs, those whose shadow verdict was a denial.
     pub shadow_denied: u64,
-    /// Denied: a retry over the limiter's [`RetryBudget`](crate::RetryBudget).
+    /// Denied: a retry over the limiter's [`RetryBudget`](crate::shaping::RetryBudget).
     pub denied_retry_budget: u64,
     /// Checks of original requests (attempt 0, including every plain `check`), whatever
     /// their outcome: `total() − retries`.
@@ -65,7 +66,7 @@ pub struct Stats {
     pub retries_admitted: u64,
     /// Keyed limiters: newcomers that a full table's admission filter sent to the overflow
     /// cell — seen too rarely to displace any key idle then (see
-    /// [`Admission`](crate::Admission)). Not a verdict: their checks are counted by outcome
+    /// [`Admission`](crate::limiter::Admission)). Not a verdict: their checks are counted by outcome
     /// as well, and `total()` does not include this.
     pub admissions_refused: u64,
 }

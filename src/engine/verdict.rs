@@ -278,19 +278,19 @@ pub enum DenyReason {
     /// The time arithmetic would overflow (a clock reading near `u64::MAX` ns). Denied rather
     /// than allowed; the retry-after is [`Duration::MAX`]: no wait makes the check fit. It is
     /// a sentinel, not a wait to tell a client: [`Denied::retry_after_secs`] caps it at one
-    /// day ([`Denied::MAX_RETRY_AFTER_SECS`]), and [`Backoff::after_deny`](crate::Backoff::after_deny)
+    /// day ([`Denied::MAX_RETRY_AFTER_SECS`]), and [`Backoff::after_deny`](crate::shaping::Backoff::after_deny)
     /// passes it on as [`Duration::MAX`].
     ClockOverflow,
     /// The limiter is passing traffic through (it judged itself faulty), but this key went
     /// past the ceiling that still applies then (by default 10× its quota).
     Ceiling,
     /// A retry ([`Check::attempt`](crate::Check::attempt) ≥ 1) over the limiter's
-    /// [`RetryBudget`](crate::RetryBudget); the quota was not consulted. The retry-after is
+    /// [`RetryBudget`](crate::shaping::RetryBudget); the quota was not consulted. The retry-after is
     /// never earlier than when the budget will have room again if no further originals
     /// arrive (new originals may open it sooner), and at most two periods: one period when
     /// the budget has no floor and only new originals can make room, plus this denial's
     /// place in the backlog, so that clients denied together do not come back together
-    /// (see [`RetryBudget`](crate::RetryBudget#what-a-denied-retry-is-told)).
+    /// (see [`RetryBudget`](crate::shaping::RetryBudget#what-a-denied-retry-is-told)).
     RetryBudget,
     /// The shared backend (Redis) could not be reached in time and the failure policy is
     /// closed: nothing passes until it answers again. The retry-after is the circuit

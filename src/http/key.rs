@@ -131,12 +131,12 @@ where
 }
 
 /// The longest key [`HeaderKey`] accepts by default, in bytes.
-pub const DEFAULT_MAX_KEY_BYTES: usize = 256;
+pub(crate) const DEFAULT_MAX_KEY_BYTES: usize = 256;
 
 /// The key is a header's value: an API key, a customer id.
 ///
 /// Accepted: one header line, 1 to [`max_len`](Self::max_len) bytes (default
-/// [`DEFAULT_MAX_KEY_BYTES`]) of visible ASCII (`!` to `~`). Absent or empty:
+/// [`DEFAULT_MAX_KEY_BYTES`](Self::DEFAULT_MAX_KEY_BYTES)) of visible ASCII (`!` to `~`). Absent or empty:
 /// [`KeyError::Missing`]. Anything else — non-ASCII or control bytes, spaces, too long, the
 /// header given twice — is [`KeyError::Malformed`]: never truncated or cleaned up into
 /// another customer's key.
@@ -160,6 +160,9 @@ pub struct HeaderKey {
 }
 
 impl HeaderKey {
+    /// The longest key accepted by default, in bytes: 256.
+    pub const DEFAULT_MAX_KEY_BYTES: usize = DEFAULT_MAX_KEY_BYTES;
+
     /// Keys from the header `name`.
     pub fn new(name: HeaderName) -> Self {
         Self {

@@ -348,7 +348,7 @@ impl RateLimitLayerBuilder {
 
     /// Adds a limit: a [`RateLimiter`](crate::RateLimiter), a
     /// [`KeyedRateLimiter<String>`](crate::KeyedRateLimiter), a
-    /// [`LimitsHandle`](crate::LimitsHandle) (each also in an `Arc`, to keep a handle for
+    /// [`LimitsHandle`](crate::limits::LimitsHandle) (each also in an `Arc`, to keep a handle for
     /// reloads or stats), or any [`PolicySource`]. `name` is the policy name in the headers
     /// when the source names none (a `LimitsHandle` names the document's policy).
     pub fn limit(mut self, name: &str, source: impl PolicySource) -> Self {

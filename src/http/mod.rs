@@ -34,7 +34,7 @@
 //! * Keys: [`HeaderKey`], [`PeerIp`] (IPv6 by /64), [`ForwardedIp`] (only behind trusted
 //!   proxies), [`GlobalKey`], or a closure ([`KeyExtractor`]).
 //! * Limits: [`RateLimiter`](crate::RateLimiter), [`KeyedRateLimiter`](crate::KeyedRateLimiter),
-//!   [`LimitsHandle`](crate::LimitsHandle), or your own [`PolicySource`] — the extension
+//!   [`LimitsHandle`](crate::limits::LimitsHandle), or your own [`PolicySource`] — the extension
 //!   point for async limiters. Several limits per request are all or nothing.
 //! * Responses: `429` + `Retry-After` (whole seconds rounded up, never 0) + IETF
 //!   `RateLimit-Policy`/`RateLimit` + a problem body; gRPC gets `grpc-status: 8` and
@@ -58,7 +58,7 @@ mod source;
 pub use body::{BodyMode, OwnBody, WrappedBody};
 pub use key::{
     ForwardedHeader, ForwardedIp, GlobalKey, HeaderKey, IpRange, IpRangeError, KeyError,
-    KeyExtractor, OnMissingKey, PeerIp, DEFAULT_MAX_KEY_BYTES,
+    KeyExtractor, OnMissingKey, PeerIp,
 };
 pub use layer::{LayerError, LayerStats, RateLimitLayer, RateLimitLayerBuilder};
 pub use queue::{Queue, Sleep};

@@ -15,9 +15,9 @@ use crate::redis::limiter::SharedRateLimiter;
 ///
 /// * **Verdicts.** An allowance or a denial is reported under the layer's name for the
 ///   limit, with the main limit's quota in `RateLimit-Policy`. A denial's retry-after is the
-///   latest of the limits that denied (with several [`limit`](crate::SharedRateLimiterBuilder::limit)s,
+///   latest of the limits that denied (with several [`limit`](crate::redis::SharedRateLimiterBuilder::limit)s,
 ///   `remaining` is the tightest one's).
-/// * **Redis unavailable or at fault** is the [`FailurePolicy`](crate::FailurePolicy)'s
+/// * **Redis unavailable or at fault** is the [`FailurePolicy`](crate::redis::FailurePolicy)'s
 ///   verdict, not an error: a timeout, a refused or lost connection, a server or script error,
 ///   a reply the script never gives. `Open` and an allowed `Local` check pass the request
 ///   through, marked ([`PassReason::BackendUnavailable`](crate::PassReason::BackendUnavailable))
@@ -31,14 +31,14 @@ use crate::redis::limiter::SharedRateLimiter;
 ///   layer answers a longer key as a malformed one (`400`, reason `malformed_key`, or the
 ///   [`OnMissingKey::Fallback`](super::OnMissingKey::Fallback) key), whatever the failure
 ///   policy. (Asked directly, the source answers [`SourceError::KeyTooLong`].) The
-///   layer's extractors cap keys at [`DEFAULT_MAX_KEY_BYTES`](super::DEFAULT_MAX_KEY_BYTES)
+///   layer's extractors cap keys at [`DEFAULT_MAX_KEY_BYTES`](super::HeaderKey::DEFAULT_MAX_KEY_BYTES)
 ///   (256) by default, so this matters with a [`HeaderKey::max_len`](super::HeaderKey::max_len)
 ///   above 512 or a custom extractor.
 /// * **Misconfiguration** — a certificate not verified, a wrong or missing password, an ACL
 ///   without a needed command ([`BackendError::CertificateVerification`],
 ///   [`BackendError::Authentication`], [`BackendError::Permission`], …) — is
 ///   [`SourceError::Backend`]: the layer passes the request through, marked and counted as a
-///   source error, and the limiter counts each in its [`SharedStats`](crate::SharedStats)
+///   source error, and the limiter counts each in its [`SharedStats`](crate::redis::SharedStats)
 ///   (`tls_failures`, `auth_failures`, `permission_denied`). Alert on those: no waiting
 ///   repairs them.
 /// * **Peek** asks Redis for a cost of 0 without writing (the local fallback peeks too).
@@ -52,7 +52,7 @@ use crate::redis::limiter::SharedRateLimiter;
 /// use std::time::Duration;
 /// use http::HeaderName;
 /// use tollgate::http::{HeaderKey, RateLimitLayer};
-/// use tollgate::{FailurePolicy, SharedRateLimiter};
+/// use tollgate::redis::{FailurePolicy, SharedRateLimiter};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {

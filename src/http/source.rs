@@ -146,7 +146,7 @@ pub enum SourceError {
     #[error(transparent)]
     InsufficientCapacity(#[from] InsufficientCapacity),
     /// The source's backend failed (a limiter of the user's own that neither answered nor
-    /// degraded, or a [`SharedRateLimiter`](crate::SharedRateLimiter) misconfigured: its
+    /// degraded, or a [`SharedRateLimiter`](crate::redis::SharedRateLimiter) misconfigured: its
     /// certificate, credentials or ACL). The layer passes the request through,
     /// marked and counted: a limiter that cannot judge must not become the outage
     /// (incident 000).
@@ -268,7 +268,7 @@ pub trait PolicySource: Send + Sync + 'static {
     }
 
     /// The longest [`Subject::key`] the source can judge, in bytes, if its backend has a
-    /// limit (a [`SharedRateLimiter`](crate::SharedRateLimiter): 512). The layer rejects a
+    /// limit (a [`SharedRateLimiter`](crate::redis::SharedRateLimiter): 512). The layer rejects a
     /// longer key before asking any source, as it does the extractors' malformed keys (`400`,
     /// reason `malformed_key`, or the [`OnMissingKey::Fallback`](super::OnMissingKey) key):
     /// a key a limit cannot judge is the client's error, never a pass. The default is `None`:
@@ -367,7 +367,7 @@ impl PolicySource for LimitsHandle {
     }
 
     /// Refunds the key in the limiter of every policy the subject resolves to now
-    /// ([`Limits::resolve_all`](crate::Limits::resolve_all); a reload between the check and
+    /// ([`Limits::resolve_all`](crate::limits::Limits::resolve_all); a reload between the check and
     /// the refund refunds under the new document's policies).
     fn refund<'a>(
         &'a self,

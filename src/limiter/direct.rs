@@ -318,11 +318,10 @@ impl RateLimiter {
         }
     }
 
-    /// This limiter's counts: by outcome, and originals apart from retries. Every limiter
-    /// counts its checks, so this is always `Some`; with a
-    /// [`FaultDetector`](crate::FaultDetector) attached these are the detector's counts (of
+    /// This limiter's counts: by outcome, and originals apart from retries. With a
+    /// [`FaultDetector`](crate::safety::FaultDetector) attached these are the detector's counts (of
     /// every limiter it watches, since its last
-    /// [`set_revision`](crate::FaultDetector::set_revision)).
+    /// [`set_revision`](crate::safety::FaultDetector::set_revision)).
     ///
     /// ```
     /// use tollgate::{ManualClock, RateLimiter};
@@ -330,12 +329,12 @@ impl RateLimiter {
     /// let lim = RateLimiter::builder("1/s".parse()?).clock(ManualClock::new()).build();
     /// let _ = lim.check();
     /// let _ = lim.check();
-    /// let stats = lim.stats().expect("always counted");
+    /// let stats = lim.stats();
     /// assert_eq!((stats.allowed, stats.denied_quota), (1, 1));
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
-    pub fn stats(&self) -> Option<Stats> {
-        Some(guard::stats(self.guard.as_deref(), &self.counters))
+    pub fn stats(&self) -> Stats {
+        guard::stats(self.guard.as_deref(), &self.counters)
     }
 
     /// Replaces the quota, live, keeping the cell's fill level: if the cell has used a share

@@ -62,7 +62,7 @@ mod sweep;
 mod table;
 mod wait;
 
-pub use admission::{Admission, DEFAULT_FILTER_BYTES};
+pub use admission::Admission;
 pub use builder::KeyedRateLimiterBuilder;
 use store::Store;
 
@@ -72,11 +72,13 @@ const GROUP: usize = 64;
 /// Under loom, a group is one bucket: models stay small enough to explore.
 #[cfg(loom)]
 const GROUP: usize = 4;
-/// The default bound on tracked keys: 2^20.
+/// The default bound on the keys a [`KeyedRateLimiter`] tracks: 2^20 (see
+/// [`KeyedRateLimiterBuilder::max_keys`]).
 pub const DEFAULT_MAX_KEYS: usize = 1 << 20;
 /// The largest bound on tracked keys a builder accepts: 2^32 − 1 (a table of about 90 GiB
-/// once that many keys are live).
-pub const MAX_KEYS_LIMIT: usize = u32::MAX as usize;
+/// once that many keys are tracked).
+pub const MAX_KEYS: usize = u32::MAX as usize;
+pub(crate) const MAX_KEYS_LIMIT: usize = MAX_KEYS;
 
 /// A rate limiter with one cell per key, bounded to `max_keys` live keys.
 ///
@@ -301,12 +303,11 @@ impl<K> KeyedRateLimiter<K> {
         *current = quota;
     }
 
-    /// This limiter's counts: by outcome, and originals apart from retries. Every limiter
-    /// counts its checks, so this is always `Some`; with a [`FaultDetector`](crate::FaultDetector) attached these
-    /// are the detector's counts (of every limiter it watches, since its last
-    /// [`set_revision`](crate::FaultDetector::set_revision)).
-    pub fn stats(&self) -> Option<Stats> {
-        Some(guard::stats(self.guard.as_deref(), &self.counters))
+    /// This limiter's counts: by outcome, and originals apart from retries. With a
+    /// [`FaultDetector`](crate::safety::FaultDetector) attached these are the detector's counts (of every limiter it watches, since its last
+    /// [`set_revision`](crate::safety::FaultDetector::set_revision)).
+    pub fn stats(&self) -> Stats {
+        guard::stats(self.guard.as_deref(), &self.counters)
     }
 
     /// This limiter's own counts since it was built (never reset, whatever is attached): what
@@ -318,7 +319,12 @@ impl<K> KeyedRateLimiter<K> {
 
     /// The fault detector and clock watchdog attached, if any.
     #[cfg(feature = "metrics")]
-    pub(crate) fn safety(&self) -> (Option<&crate::FaultDetector>, Option<&crate::Watchdog>) {
+    pub(crate) fn safety(
+        &self,
+    ) -> (
+        Option<&crate::safety::FaultDetector>,
+        Option<&crate::safety::Watchdog>,
+    ) {
         match self.guard.as_deref() {
             Some(g) => (g.detector.as_ref(), g.watchdog.as_ref()),
             None => (None, None),

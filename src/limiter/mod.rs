@@ -6,3 +6,9 @@ pub(crate) mod direct;
 pub(crate) mod guard;
 pub(crate) mod keyed;
 pub(crate) mod wait;
+
+pub use direct::RateLimiterBuilder;
+pub use keyed::{Admission, KeyedRateLimiterBuilder, DEFAULT_MAX_KEYS, MAX_KEYS};
+#[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+pub use wait::TokioSleep;

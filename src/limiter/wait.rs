@@ -118,7 +118,7 @@ impl<S> Wait<S> {
 /// The sleep function of [`Wait::tokio`]: [`tokio::time::sleep`].
 ///
 /// ```
-/// let sleep: tollgate::TokioSleep = tokio::time::sleep;
+/// let sleep: tollgate::limiter::TokioSleep = tokio::time::sleep;
 /// let _wait = tollgate::Wait::new(sleep);
 /// ```
 #[cfg(feature = "tokio")]

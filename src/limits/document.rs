@@ -56,15 +56,12 @@ mod write;
 pub use change::{Direction, QuotaChange};
 pub use diff::{Change, Diff, PolicyChange, Tightening};
 pub use errors::ConfigErrors;
-pub use errors::MAX_LISTED_ERRORS;
 pub use format::Format;
 pub use model::{Acknowledgement, Matcher, Policy};
 pub use moves::TrafficMove;
-pub use parse::{MAX_DEPTH, MAX_DOCUMENT_BYTES, MAX_POLICIES};
-pub use validate::MAX_ALSO_POLICIES;
+pub(crate) use parse::MAX_DOCUMENT_BYTES;
 
-/// The tightening factor beyond which a change needs an acknowledgement: 10×.
-pub const DEFAULT_GUARD: f64 = 10.0;
+pub(crate) const DEFAULT_GUARD: f64 = 10.0;
 
 /// A validated limits document (feature `config`): its revision, declared tiers and
 /// categories, policies and acknowledgements. Equal documents compare equal whatever their
@@ -107,7 +104,7 @@ pub const DEFAULT_GUARD: f64 = 10.0;
 /// to = "100/s"
 /// ```
 ///
-/// **Priority classes** (`classes`, see [`Priorities`](crate::Priorities)): a list of
+/// **Priority classes** (`classes`, see [`Priorities`](crate::shaping::Priorities)): a list of
 /// `{ class, reserve }`, the class an integer from 0 (most critical) to 255 and the reserve
 /// the share of the burst it leaves to more critical classes, a number in `[0, 1)`. Class 0
 /// is implied with no reserve when not listed; an unlisted class gets the reserve of the
@@ -115,7 +112,7 @@ pub const DEFAULT_GUARD: f64 = 10.0;
 /// than a more critical one, and a reserve that leaves a class less than one request (or
 /// byte) of the burst are errors. An empty list means no classes.
 ///
-/// **Retry budget** (`retry_budget`, see [`RetryBudget`](crate::RetryBudget)): a table of
+/// **Retry budget** (`retry_budget`, see [`RetryBudget`](crate::shaping::RetryBudget)): a table of
 /// `ratio` (retries allowed per original, a number from 0 to 1000; default 0.1), `period`
 /// (a duration with its unit — `ms`, `s`, `min`, `h`, `d` — from `"1s"` to `"1d"`; default
 /// `"10s"`) and `floor` (retries always allowed, a request rate that is a whole number per
@@ -140,30 +137,30 @@ pub const DEFAULT_GUARD: f64 = 10.0;
 /// `policies[free-search].match.categroy: unknown field; did you mean "category"?`.
 ///
 /// **Limits.** Every input costs time and memory linear in its length: a document longer than
-/// [`MAX_DOCUMENT_BYTES`] (16 MiB) is refused before it is parsed, and YAML aliases may copy
+/// [`MAX_DOCUMENT_BYTES`](crate::limits::Limits::MAX_DOCUMENT_BYTES) (16 MiB) is refused before it is parsed, and YAML aliases may copy
 /// at most about the document's own size ([`ConfigErrorKind::TooLarge`]); nesting deeper
-/// than [`MAX_DEPTH`] (64 levels) is refused where the parser meets it
-/// ([`ConfigErrorKind::TooDeep`]). A document has at most [`MAX_POLICIES`] (100,000)
+/// than [`MAX_DEPTH`](crate::limits::Limits::MAX_DEPTH) (64 levels) is refused where the parser meets it
+/// ([`ConfigErrorKind::TooDeep`]). A document has at most [`Limits::MAX_POLICIES`] (100,000)
 /// policies, refused where the parser meets the one past the cap, before the rest is read
-/// ([`ConfigErrorKind::TooManyPolicies`]), and at most [`MAX_ALSO_POLICIES`] (64) of them
+/// ([`ConfigErrorKind::TooManyPolicies`]), and at most [`MAX_ALSO_POLICIES`](crate::limits::Limits::MAX_ALSO_POLICIES) (64) of them
 /// marked `also`, since a request is checked against each that matches
 /// ([`ConfigErrorKind::TooManyAlsoPolicies`]). Of the errors found, the first
-/// [`MAX_LISTED_ERRORS`] (1,000) are listed and the rest counted
+/// [`MAX_LISTED_ERRORS`](crate::limits::Limits::MAX_LISTED_ERRORS) (1,000) are listed and the rest counted
 /// ([`ConfigErrors::omitted`]).
 ///
 /// ```
-/// use tollgate::{ConfigErrorKind, Limits, MAX_POLICIES};
+/// use tollgate::limits::{ConfigErrorKind, Limits};
 ///
 /// let policy = "[[policies]]\nname = \"p\"\nmatch = { route = \"/\" }\nquota = \"1/s\"\n";
-/// let doc = format!("schema = 1\nrevision = 1\n{}", policy.repeat(MAX_POLICIES + 1));
+/// let doc = format!("schema = 1\nrevision = 1\n{}", policy.repeat(Limits::MAX_POLICIES + 1));
 /// let errs = Limits::from_toml(&doc).unwrap_err();
 /// assert_eq!((errs.len(), errs[0].kind()), (1, ConfigErrorKind::TooManyPolicies));
-/// assert_eq!(errs[0].line(), Some(3 + 4 * MAX_POLICIES)); // where the 100,001st starts
-/// # Ok::<(), tollgate::ConfigErrors>(())
+/// assert_eq!(errs[0].line(), Some(3 + 4 * Limits::MAX_POLICIES)); // where the 100,001st starts
+/// # Ok::<(), tollgate::limits::ConfigErrors>(())
 /// ```
 ///
 /// ```
-/// use tollgate::Limits;
+/// use tollgate::limits::Limits;
 ///
 /// let limits = Limits::from_yaml(r#"
 /// schema: 1
@@ -180,7 +177,7 @@ pub const DEFAULT_GUARD: f64 = 10.0;
 /// assert_eq!(limits.revision(), 3);
 /// assert_eq!(limits.resolve("paid", "search", "/v1/search").unwrap().name(), "paid");
 /// assert_eq!(Limits::from_json(&limits.to_json())?, limits);
-/// # Ok::<(), tollgate::ConfigErrors>(())
+/// # Ok::<(), tollgate::limits::ConfigErrors>(())
 /// ```
 #[derive(Clone)]
 pub struct Limits {
@@ -244,9 +241,9 @@ impl Limits {
     /// Every problem found, in document order ([`ConfigErrors`]).
     ///
     /// ```
-    /// let limits = tollgate::Limits::from_toml("schema = 1\nrevision = 1\npolicies = []\n")?;
+    /// let limits = tollgate::limits::Limits::from_toml("schema = 1\nrevision = 1\npolicies = []\n")?;
     /// assert!(limits.policies().is_empty());
-    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// # Ok::<(), tollgate::limits::ConfigErrors>(())
     /// ```
     pub fn from_toml(text: &str) -> Result<Limits, ConfigErrors> {
         Limits::parse(text, Format::Toml)
@@ -259,9 +256,9 @@ impl Limits {
     /// Every problem found, in document order ([`ConfigErrors`]).
     ///
     /// ```
-    /// let limits = tollgate::Limits::from_yaml("schema: 1\nrevision: 1\npolicies: []\n")?;
+    /// let limits = tollgate::limits::Limits::from_yaml("schema: 1\nrevision: 1\npolicies: []\n")?;
     /// assert_eq!(limits.revision(), 1);
-    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// # Ok::<(), tollgate::limits::ConfigErrors>(())
     /// ```
     pub fn from_yaml(text: &str) -> Result<Limits, ConfigErrors> {
         Limits::parse(text, Format::Yaml)
@@ -274,9 +271,9 @@ impl Limits {
     /// Every problem found, in document order ([`ConfigErrors`]).
     ///
     /// ```
-    /// let limits = tollgate::Limits::from_json(r#"{"schema": 1, "revision": 1, "policies": []}"#)?;
+    /// let limits = tollgate::limits::Limits::from_json(r#"{"schema": 1, "revision": 1, "policies": []}"#)?;
     /// assert_eq!(limits.revision(), 1);
-    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// # Ok::<(), tollgate::limits::ConfigErrors>(())
     /// ```
     pub fn from_json(text: &str) -> Result<Limits, ConfigErrors> {
         Limits::parse(text, Format::Json)
@@ -289,11 +286,11 @@ impl Limits {
     /// A syntax error alone, or every problem the validator found ([`ConfigErrors`]).
     ///
     /// ```
-    /// use tollgate::{Format, Limits};
+    /// use tollgate::limits::{Format, Limits};
     ///
     /// let limits = Limits::parse("schema = 1\nrevision = 9\npolicies = []\n", Format::Toml)?;
     /// assert_eq!(limits.revision(), 9);
-    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// # Ok::<(), tollgate::limits::ConfigErrors>(())
     /// ```
     pub fn parse(text: &str, format: Format) -> Result<Limits, ConfigErrors> {
         let tree = parse::parse(text, format).map_err(ConfigErrors::one)?;
@@ -301,7 +298,7 @@ impl Limits {
     }
 
     /// Reads and loads a file, in the format its extension says (see [`Format::from_path`]).
-    /// At most [`MAX_DOCUMENT_BYTES`] and one more are read: a longer file is refused without
+    /// At most [`MAX_DOCUMENT_BYTES`](crate::limits::Limits::MAX_DOCUMENT_BYTES) and one more are read: a longer file is refused without
     /// being read whole.
     ///
     /// # Errors
@@ -310,8 +307,8 @@ impl Limits {
     /// not UTF-8) or [`ConfigErrorKind::TooLarge`], or the document's errors.
     ///
     /// ```no_run
-    /// let limits = tollgate::Limits::from_path("examples/limits/valid.toml")?;
-    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// let limits = tollgate::limits::Limits::from_path("examples/limits/valid.toml")?;
+    /// # Ok::<(), tollgate::limits::ConfigErrors>(())
     /// ```
     pub fn from_path(path: impl AsRef<Path>) -> Result<Limits, ConfigErrors> {
         let path = path.as_ref();
@@ -342,9 +339,9 @@ impl Limits {
     /// The caller's version of the document.
     ///
     /// ```
-    /// # let limits = tollgate::Limits::from_toml("schema = 1\nrevision = 42\npolicies = []\n")?;
+    /// # let limits = tollgate::limits::Limits::from_toml("schema = 1\nrevision = 42\npolicies = []\n")?;
     /// assert_eq!(limits.revision(), 42);
-    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// # Ok::<(), tollgate::limits::ConfigErrors>(())
     /// ```
     pub fn revision(&self) -> u64 {
         self.revision
@@ -353,9 +350,9 @@ impl Limits {
     /// The declared tiers, in document order.
     ///
     /// ```
-    /// # let limits = tollgate::Limits::from_toml("schema = 1\nrevision = 1\ntiers = [\"free\"]\npolicies = []\n")?;
+    /// # let limits = tollgate::limits::Limits::from_toml("schema = 1\nrevision = 1\ntiers = [\"free\"]\npolicies = []\n")?;
     /// assert_eq!(limits.tiers(), ["free"]);
-    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// # Ok::<(), tollgate::limits::ConfigErrors>(())
     /// ```
     pub fn tiers(&self) -> &[String] {
         &self.tiers
@@ -364,9 +361,9 @@ impl Limits {
     /// The declared categories, in document order.
     ///
     /// ```
-    /// # let limits = tollgate::Limits::from_toml("schema = 1\nrevision = 1\ncategories = [\"search\"]\npolicies = []\n")?;
+    /// # let limits = tollgate::limits::Limits::from_toml("schema = 1\nrevision = 1\ncategories = [\"search\"]\npolicies = []\n")?;
     /// assert_eq!(limits.categories(), ["search"]);
-    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// # Ok::<(), tollgate::limits::ConfigErrors>(())
     /// ```
     pub fn categories(&self) -> &[String] {
         &self.categories
@@ -375,9 +372,9 @@ impl Limits {
     /// The policies, in document order.
     ///
     /// ```
-    /// # let limits = tollgate::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[{"name":"a","match":{"route":"/"},"quota":"10/s"}]}"#)?;
+    /// # let limits = tollgate::limits::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[{"name":"a","match":{"route":"/"},"quota":"10/s"}]}"#)?;
     /// assert_eq!(limits.policies().len(), 1);
-    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// # Ok::<(), tollgate::limits::ConfigErrors>(())
     /// ```
     pub fn policies(&self) -> &[Policy] {
         &self.policies
@@ -386,7 +383,7 @@ impl Limits {
     /// The policy with this name.
     ///
     /// ```
-    /// # let limits = tollgate::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[{"name":"a","match":{"route":"/"},"quota":"10/s"}]}"#)?;
+    /// # let limits = tollgate::limits::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[{"name":"a","match":{"route":"/"},"quota":"10/s"}]}"#)?;
     /// assert_eq!(limits.policy("a").unwrap().quota(), "10/s".parse()?);
     /// assert!(limits.policy("b").is_none());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -398,9 +395,9 @@ impl Limits {
     /// The acknowledged tightenings, in document order.
     ///
     /// ```
-    /// # let limits = tollgate::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[]}"#)?;
+    /// # let limits = tollgate::limits::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[]}"#)?;
     /// assert!(limits.acknowledgements().is_empty());
-    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// # Ok::<(), tollgate::limits::ConfigErrors>(())
     /// ```
     pub fn acknowledgements(&self) -> &[Acknowledgement] {
         &self.acknowledgements
@@ -409,17 +406,17 @@ impl Limits {
     /// What changes from `old` to `new`; see [`Diff`].
     ///
     /// ```
-    /// # let old = tollgate::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[]}"#)?;
-    /// let diff = tollgate::Limits::diff(&old, &old);
+    /// # let old = tollgate::limits::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[]}"#)?;
+    /// let diff = tollgate::limits::Limits::diff(&old, &old);
     /// assert!(diff.is_empty());
-    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// # Ok::<(), tollgate::limits::ConfigErrors>(())
     /// ```
     pub fn diff(old: &Limits, new: &Limits) -> Diff {
         Diff::new(old, new)
     }
 
     /// Whether `new` may replace `old`: every tightening beyond `guard` (use
-    /// [`DEFAULT_GUARD`]) must be acknowledged in `new`, and a changed document must have a
+    /// [`Limits::DEFAULT_GUARD`]) must be acknowledged in `new`, and a changed document must have a
     /// higher revision.
     ///
     /// # Errors
@@ -428,22 +425,49 @@ impl Limits {
     /// hint is the acknowledgement to add), and [`ConfigErrorKind::StaleRevision`].
     ///
     /// ```
-    /// use tollgate::{ConfigErrorKind, Limits, DEFAULT_GUARD};
+    /// use tollgate::limits::{ConfigErrorKind, Limits};
     ///
     /// let doc = |quota: &str, revision: u64| format!(
     ///     "schema = 1\nrevision = {revision}\n[[policies]]\nname = \"api\"\nmatch = {{ route = \"/api/*\" }}\nquota = \"{quota}\"\n"
     /// );
     /// let old = Limits::from_toml(&doc("10/s", 1))?;
     /// let new = Limits::from_toml(&doc("10/min", 2))?;
-    /// let errs = Limits::check_transition(&old, &new, DEFAULT_GUARD).unwrap_err();
+    /// let errs = Limits::check_transition(&old, &new, Limits::DEFAULT_GUARD).unwrap_err();
     /// assert_eq!(errs[0].kind(), ConfigErrorKind::UnacknowledgedTightening);
     /// assert_eq!(errs[0].to_string(), "policies[api].quota: 10/s → 10/min: 60× tighter, beyond the guard of 10×; \
     ///     acknowledge it in the new document: [[acknowledge]] policy = \"api\", from = \"10/s\", to = \"10/min\"");
     /// let looser = Limits::from_toml(&doc("20/s", 3))?;
-    /// assert!(Limits::check_transition(&new, &looser, DEFAULT_GUARD).is_ok());
-    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// assert!(Limits::check_transition(&new, &looser, Limits::DEFAULT_GUARD).is_ok());
+    /// # Ok::<(), tollgate::limits::ConfigErrors>(())
     /// ```
     pub fn check_transition(old: &Limits, new: &Limits, guard: f64) -> Result<Diff, ConfigErrors> {
         diff::check_transition(old, new, guard)
     }
+}
+
+impl Limits {
+    /// The longest document accepted, in bytes: 16 MiB. Longer text is refused before it is
+    /// parsed ([`ConfigErrorKind::TooLarge`]).
+    pub const MAX_DOCUMENT_BYTES: usize = crate::limits::document::parse::MAX_DOCUMENT_BYTES;
+    /// The most policies a document may have: 100,000. Each costs a limiter once it is
+    /// served, and validation, diffs and reloads are linear in them. The parsers count the
+    /// items of `policies` as they read them and stop at the one past the cap
+    /// ([`ConfigErrorKind::TooManyPolicies`]), so a longer list is never built whole; the
+    /// validator counts again (a YAML alias may name a list built under another key).
+    pub const MAX_POLICIES: usize = crate::limits::document::parse::MAX_POLICIES;
+    /// The deepest nesting of lists and tables accepted: 64 levels, the document itself being
+    /// the first. A limits document needs 5 (document, `policies`, a policy, `classes`, a
+    /// class); deeper nesting is refused as the parser meets it ([`ConfigErrorKind::TooDeep`]).
+    pub const MAX_DEPTH: usize = crate::limits::document::parse::MAX_DEPTH;
+    /// The most policies marked `also` a document may have: 64. A request is checked against
+    /// every one of them that matches ([`LimitsHandle::check_all`](crate::limits::LimitsHandle::check_all)),
+    /// so they bound the work of each request, where the other policies (one of which applies)
+    /// do not; more is [`ConfigErrorKind::TooManyAlsoPolicies`](crate::limits::ConfigErrorKind::TooManyAlsoPolicies).
+    pub const MAX_ALSO_POLICIES: usize = crate::limits::document::validate::MAX_ALSO_POLICIES;
+    /// The most errors a [`ConfigErrors`] lists: 1,000. Beyond them it only counts
+    /// ([`ConfigErrors::omitted`]): a document of 100,000 broken policies still gives a report
+    /// of bounded size, and nobody reads past the first thousand anyway.
+    pub const MAX_LISTED_ERRORS: usize = crate::limits::document::errors::MAX_LISTED_ERRORS;
+    /// The tightening factor beyond which a change needs an acknowledgement: 10×.
+    pub const DEFAULT_GUARD: f64 = crate::limits::document::DEFAULT_GUARD;
 }

@@ -35,15 +35,14 @@ pub use multi::{MultiDecision, PolicyVerdict};
 pub(crate) use policies::Entry;
 pub(crate) use policies::{Policies, Settings};
 
-/// How long a new revision serves without a deny anomaly before it becomes known-good, by
-/// default: one hour.
-pub const DEFAULT_KNOWN_GOOD_AFTER: Duration = Duration::from_secs(3600);
+pub(crate) const DEFAULT_KNOWN_GOOD_AFTER: Duration = Duration::from_secs(3600);
 
-/// What a check of a [`LimitsHandle`] (or a [`Rollout`](crate::Rollout)) decided, and under
+/// What a check of a [`LimitsHandle`] (or a [`Rollout`](crate::limits::Rollout)) decided, and under
 /// which document.
 ///
 /// ```
-/// use tollgate::{Check, Limits, LimitsHandle};
+/// use tollgate::Check;
+/// use tollgate::limits::{Limits, LimitsHandle};
 ///
 /// let handle = LimitsHandle::new(Limits::from_path("examples/limits/valid.toml")?);
 /// let d = handle.check("paid", "checkout", "/v1/checkout/cart", "customer-42", Check::cost(1))?;
@@ -100,7 +99,8 @@ impl Decision {
 /// each policy that traffic has reached.
 ///
 /// ```
-/// use tollgate::{Check, Limits, LimitsHandle};
+/// use tollgate::Check;
+/// use tollgate::limits::{Limits, LimitsHandle};
 ///
 /// let doc = |quota: &str, revision: u64| Limits::from_toml(&format!(
 ///     "schema = 1\nrevision = {revision}\n[[policies]]\nname = \"api\"\nmatch = {{ route = \"/api/*\" }}\nquota = \"{quota}\"\n"
@@ -141,16 +141,16 @@ impl Decision {
 ///   shadow flag that flips while a detector is attached;
 /// * removed policies are dropped; added ones start fresh.
 ///
-/// Each policy's limiter gets the policy's [`classes`](crate::Policy::classes) (choose one
-/// per check with [`Check::class`]) and [`retry_budget`](crate::Policy::retry_budget)
+/// Each policy's limiter gets the policy's [`classes`](crate::limits::Policy::classes) (choose one
+/// per check with [`Check::class`]) and [`retry_budget`](crate::limits::Policy::retry_budget)
 /// (retries are checks with [`Check::attempt`] ≥ 1), shared by all the policy's keys.
 ///
 /// # Fault detector and known-good revisions
 ///
-/// A [`FaultDetector`](crate::FaultDetector) given to the builder watches the limiters of
+/// A [`FaultDetector`](crate::safety::FaultDetector) given to the builder watches the limiters of
 /// every enforcing policy together (shadow policies are left out: their denials are never
 /// served). Every accepted reload tells it the new revision
-/// ([`set_revision`](crate::FaultDetector::set_revision)); its baseline stays pinned to the
+/// ([`set_revision`](crate::safety::FaultDetector::set_revision)); its baseline stays pinned to the
 /// last known-good revision, so a bad document cannot become the new normal:
 ///
 /// * at build, the first document is marked known-good if the detector has learned nothing
@@ -182,7 +182,7 @@ pub struct LimitsHandle {
 
 impl LimitsHandle {
     /// A handle serving `limits` on the monotonic clock, with the default guard
-    /// ([`DEFAULT_GUARD`](crate::DEFAULT_GUARD)) and no detector.
+    /// ([`DEFAULT_GUARD`](crate::limits::Limits::DEFAULT_GUARD)) and no detector.
     pub fn new(limits: Limits) -> Self {
         Self::builder(limits).build()
     }
@@ -236,12 +236,13 @@ impl LimitsHandle {
     /// which verdict is the overall one.
     ///
     /// Not given back on a denial: a retry's debit of a policy's
-    /// [`RetryBudget`](crate::RetryBudget), a pass-through's charge to its ceiling, and a
+    /// [`RetryBudget`](crate::shaping::RetryBudget), a pass-through's charge to its ceiling, and a
     /// key's charge to a full table's shared overflow cell (conservative: the request may
     /// have cost something there, never more than a check).
     ///
     /// ```
-    /// use tollgate::{Check, Limits, LimitsHandle};
+    /// use tollgate::Check;
+    /// use tollgate::limits::{Limits, LimitsHandle};
     ///
     /// let handle = LimitsHandle::new(Limits::from_toml(r#"
     /// schema = 1
@@ -345,7 +346,7 @@ impl LimitsHandle {
     /// the limiter may be judged by the next revision's quota.
     ///
     /// ```
-    /// # let handle = tollgate::LimitsHandle::new(tollgate::Limits::from_path("examples/limits/valid.toml")?);
+    /// # let handle = tollgate::limits::LimitsHandle::new(tollgate::limits::Limits::from_path("examples/limits/valid.toml")?);
     /// assert_eq!(handle.limiter("free").unwrap().quota(), "10/s;burst=20".parse()?);
     /// assert!(handle.limiter("gold").is_none());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -451,7 +452,7 @@ impl LimitsHandle {
         let state = d.state();
         let calm = d.stats().passed_deny_anomaly == 0
             && state.revision == revision
-            && matches!(state.mode, crate::safety::fault::Mode::Enforcing);
+            && matches!(state.mode, crate::safety::fault::DetectorMode::Enforcing);
         if calm {
             d.mark_known_good(revision);
         }
@@ -471,4 +472,10 @@ impl fmt::Debug for LimitsHandle {
             .field("detector", &self.settings.detector.is_some())
             .finish_non_exhaustive()
     }
+}
+
+impl LimitsHandle {
+    /// How long a new revision serves without a deny anomaly before it becomes known-good, by
+    /// default: one hour.
+    pub const DEFAULT_KNOWN_GOOD_AFTER: Duration = crate::limits::reload::DEFAULT_KNOWN_GOOD_AFTER;
 }

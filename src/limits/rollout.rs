@@ -24,7 +24,7 @@ mod state;
 mod transitions;
 mod window;
 
-pub use builder::{RolloutBuilder, Stage, DEFAULT_STAGES};
+pub use builder::{RolloutBuilder, RolloutStage};
 pub use state::RolloutState;
 pub use window::WindowFigures;
 
@@ -58,7 +58,8 @@ struct Control {
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::{Check, Limits, ManualClock, Rollout, RolloutState};
+/// use tollgate::{Check, ManualClock};
+/// use tollgate::limits::{Limits, Rollout, RolloutState};
 ///
 /// let doc = |quota: &str, revision: u64| Limits::from_toml(&format!(
 ///     "schema = 1\nrevision = {revision}\n[[policies]]\nname = \"api\"\nmatch = {{ route = \"/api/*\" }}\nquota = \"{quota}\"\n"
@@ -128,7 +129,7 @@ pub struct Rollout {
     clock: Clock,
     /// How the limiters were built: for [`to_handle`](Rollout::to_handle).
     settings: Settings,
-    stages: Vec<Stage>,
+    stages: Vec<RolloutStage>,
     cohort: Cohort,
     cfg: Config,
     /// Keys whose bucket is below this use the new document: 0 once reverted, 10,000 once
@@ -171,7 +172,7 @@ impl Rollout {
         (old, new): (Policies, Policies),
         diff: Diff,
         settings: Settings,
-        stages: Vec<Stage>,
+        stages: Vec<RolloutStage>,
         cohort: Cohort,
         cfg: Config,
     ) -> Self {
@@ -212,7 +213,7 @@ impl Rollout {
 
     /// Checks a request: `key` in the cohort is judged by the new document's policy, the rest
     /// by the old one's. The [`Decision`] says which revision judged it; no matching policy
-    /// and shadow policies behave as in [`LimitsHandle::check`](crate::LimitsHandle::check).
+    /// and shadow policies behave as in [`LimitsHandle::check`](crate::limits::LimitsHandle::check).
     ///
     /// # Errors
     ///
@@ -390,10 +391,10 @@ impl Rollout {
     /// `None` while a stage runs or is held. The handle has no fault detector.
     ///
     /// ```
-    /// # let doc = |quota: &str, revision: u64| tollgate::Limits::from_toml(&format!(
+    /// # let doc = |quota: &str, revision: u64| tollgate::limits::Limits::from_toml(&format!(
     /// #     "schema = 1\nrevision = {revision}\n[[policies]]\nname = \"api\"\nmatch = {{ route = \"/api/*\" }}\nquota = \"{quota}\"\n"
     /// # ));
-    /// let rollout = tollgate::Rollout::new(doc("10/s", 1)?, doc("20/s", 2)?, tollgate::ManualClock::new())?;
+    /// let rollout = tollgate::limits::Rollout::new(doc("10/s", 1)?, doc("20/s", 2)?, tollgate::ManualClock::new())?;
     /// assert!(rollout.to_handle().is_none()); // still at 1 %
     /// rollout.promote();
     /// rollout.promote();
@@ -416,7 +417,7 @@ impl Rollout {
     }
 
     /// The stages before 100 %.
-    pub fn stages(&self) -> &[Stage] {
+    pub fn stages(&self) -> &[RolloutStage] {
         &self.stages
     }
 
@@ -448,4 +449,9 @@ struct Side<'a> {
     bp: u32,
     in_cohort: bool,
     doc: &'a Policies,
+}
+
+impl Rollout {
+    /// The default stages: 1 % for 5 minutes, then 10 % for 5 minutes; then every key (100 %).
+    pub const DEFAULT_STAGES: [RolloutStage; 2] = crate::limits::rollout::builder::DEFAULT_STAGES;
 }

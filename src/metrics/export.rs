@@ -7,7 +7,7 @@ use super::names::*;
 use crate::engine::stats::COUNTERS;
 #[cfg(feature = "config")]
 use crate::limits::rollout::{Rollout, RolloutState};
-use crate::safety::fault::{FaultDetector, Mode};
+use crate::safety::fault::{DetectorMode, FaultDetector};
 use crate::safety::slo::SuccessRate;
 use crate::safety::watchdog::Watchdog;
 
@@ -46,8 +46,8 @@ pub(super) fn safety(name: &str, detector: Option<&FaultDetector>, watchdog: Opt
         d.tick();
         let st = d.state();
         let current = match st.mode {
-            Mode::PassingThrough { .. } if st.overridden => "forced",
-            Mode::PassingThrough { .. } => "pass_through",
+            DetectorMode::PassingThrough { .. } if st.overridden => "forced",
+            DetectorMode::PassingThrough { .. } => "pass_through",
             _ => "enforcing",
         };
         for mode in ["enforcing", "pass_through", "forced"] {

@@ -58,7 +58,8 @@ pub enum MetricsError {
 /// ```
 /// use std::sync::Arc;
 /// use metrics_util::debugging::DebuggingRecorder;
-/// use tollgate::{KeyedRateLimiter, MetricsRegistry};
+/// use tollgate::KeyedRateLimiter;
+/// use tollgate::metrics::MetricsRegistry;
 ///
 /// let registry = MetricsRegistry::new();
 /// let lim = Arc::new(KeyedRateLimiter::<String>::new("1/s".parse()?));
@@ -129,7 +130,7 @@ impl MetricsRegistry {
     /// An empty registry.
     ///
     /// ```
-    /// let registry = tollgate::MetricsRegistry::new();
+    /// let registry = tollgate::metrics::MetricsRegistry::new();
     /// assert!(registry.is_empty());
     /// ```
     pub fn new() -> Self {
@@ -145,7 +146,7 @@ impl MetricsRegistry {
     ///
     /// ```
     /// use std::sync::Arc;
-    /// let registry = tollgate::MetricsRegistry::new();
+    /// let registry = tollgate::metrics::MetricsRegistry::new();
     /// let lim = Arc::new(tollgate::RateLimiter::new("10/s".parse()?));
     /// registry.register_limiter("login", &lim)?;
     /// assert!(registry.register_limiter("login", &lim).is_err()); // taken
@@ -168,7 +169,7 @@ impl MetricsRegistry {
     ///
     /// ```
     /// use std::sync::Arc;
-    /// let registry = tollgate::MetricsRegistry::new();
+    /// let registry = tollgate::metrics::MetricsRegistry::new();
     /// let lim = Arc::new(tollgate::KeyedRateLimiter::<u64>::new("10/s".parse()?));
     /// registry.register_keyed("per-customer", &lim)?;
     /// assert!(registry.register_keyed("per customer", &lim).is_err()); // a space
@@ -193,7 +194,8 @@ impl MetricsRegistry {
     ///
     /// ```
     /// use std::sync::Arc;
-    /// use tollgate::{Limits, LimitsHandle, MetricsRegistry};
+    /// use tollgate::limits::{Limits, LimitsHandle};
+    /// use tollgate::metrics::MetricsRegistry;
     /// let handle = Arc::new(LimitsHandle::new(Limits::from_path("examples/limits/valid.toml")?));
     /// MetricsRegistry::new().register_limits("gateway", &handle)?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -218,7 +220,9 @@ impl MetricsRegistry {
     ///
     /// ```
     /// use std::sync::Arc;
-    /// use tollgate::{Limits, ManualClock, MetricsRegistry, Rollout};
+    /// use tollgate::ManualClock;
+    /// use tollgate::limits::{Limits, Rollout};
+    /// use tollgate::metrics::MetricsRegistry;
     /// let doc = Limits::from_path("examples/limits/valid.toml")?;
     /// let rollout = Arc::new(Rollout::new(doc.clone(), doc, ManualClock::new())?);
     /// MetricsRegistry::new().register_rollout("gateway-rollout", &rollout)?;
@@ -239,8 +243,8 @@ impl MetricsRegistry {
     ///
     /// ```
     /// use std::sync::Arc;
-    /// let slo = Arc::new(tollgate::SuccessRate::builder().tiers(["free", "paid"]).build()?);
-    /// tollgate::MetricsRegistry::new().register_success_rate("customers", &slo)?;
+    /// let slo = Arc::new(tollgate::safety::SuccessRate::builder().tiers(["free", "paid"]).build()?);
+    /// tollgate::metrics::MetricsRegistry::new().register_success_rate("customers", &slo)?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn register_success_rate(
@@ -254,7 +258,7 @@ impl MetricsRegistry {
     /// How many sources are registered (and still alive at the last publish).
     ///
     /// ```
-    /// assert_eq!(tollgate::MetricsRegistry::new().len(), 0);
+    /// assert_eq!(tollgate::metrics::MetricsRegistry::new().len(), 0);
     /// ```
     pub fn len(&self) -> usize {
         self.inner.lock().len()
@@ -263,7 +267,7 @@ impl MetricsRegistry {
     /// `true` if nothing is registered.
     ///
     /// ```
-    /// assert!(tollgate::MetricsRegistry::new().is_empty());
+    /// assert!(tollgate::metrics::MetricsRegistry::new().is_empty());
     /// ```
     pub fn is_empty(&self) -> bool {
         self.len() == 0
@@ -282,7 +286,8 @@ impl MetricsRegistry {
     /// ```
     /// use std::sync::Arc;
     /// use metrics_exporter_prometheus::PrometheusBuilder;
-    /// use tollgate::{MetricsRegistry, RateLimiter};
+    /// use tollgate::RateLimiter;
+    /// use tollgate::metrics::MetricsRegistry;
     ///
     /// let registry = MetricsRegistry::new();
     /// let lim = Arc::new(RateLimiter::new("1/s".parse()?));

@@ -23,7 +23,7 @@ use crate::engine::clock::saturating_nanos;
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::BreakerConfig;
+/// use tollgate::redis::BreakerConfig;
 ///
 /// let b = BreakerConfig::new()
 ///     .consecutive_failures(3)
@@ -105,7 +105,7 @@ impl BreakerConfig {
     }
 
     /// The cool-down before the first probe, before jitter: what a
-    /// [`FailurePolicy::Closed`](crate::FailurePolicy::Closed) denial tells as its retry-after.
+    /// [`FailurePolicy::Closed`](crate::redis::FailurePolicy::Closed) denial tells as its retry-after.
     pub(crate) fn first_cool_down(&self) -> Duration {
         Duration::from_nanos(self.open_min)
     }

@@ -24,7 +24,7 @@ use crate::sync::RwLock;
 /// What a check answers when Redis cannot decide it: the server is down (connection refused
 /// or lost), slower than the deadline, or the breaker is open; or it answered an error (a
 /// server or script error, a write refused under `maxmemory`) or a reply the script never
-/// gives. Every such verdict says so, and is counted in [`SharedStats`](crate::SharedStats).
+/// gives. Every such verdict says so, and is counted in [`SharedStats`](crate::redis::SharedStats).
 ///
 /// | policy | allowed | refused |
 /// |---|---|---|
@@ -33,7 +33,7 @@ use crate::sync::RwLock;
 /// | `Closed` | never | [`Deny`](crate::Verdict::Deny) with [`DenyReason::BackendUnavailable`](crate::DenyReason::BackendUnavailable), retry-after the breaker's first cool-down |
 ///
 /// ```
-/// use tollgate::FailurePolicy;
+/// use tollgate::redis::FailurePolicy;
 /// assert_eq!(FailurePolicy::default(), FailurePolicy::Local);
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -86,8 +86,7 @@ impl fmt::Debug for SharedRateLimiterBuilder {
     }
 }
 
-/// The default per-call deadline: 20 ms.
-pub const DEFAULT_DEADLINE: Duration = Duration::from_millis(20);
+pub(crate) const DEFAULT_DEADLINE: Duration = Duration::from_millis(20);
 
 impl SharedRateLimiterBuilder {
     pub(crate) fn new(quota: Quota, url: &str) -> Self {
@@ -119,7 +118,7 @@ impl SharedRateLimiterBuilder {
     /// TLS mode, and select database 0.
     ///
     /// ```
-    /// use tollgate::SharedRateLimiter;
+    /// use tollgate::redis::SharedRateLimiter;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let lim = SharedRateLimiter::builder("100/s".parse()?, "redis://10.0.0.5:6379/")
@@ -225,7 +224,9 @@ impl SharedRateLimiterBuilder {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tollgate::{FaultDetector, PassReason, SharedRateLimiter};
+    /// use tollgate::PassReason;
+    /// use tollgate::redis::SharedRateLimiter;
+    /// use tollgate::safety::FaultDetector;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let detector = FaultDetector::new();
@@ -254,7 +255,7 @@ impl SharedRateLimiterBuilder {
     /// checked at [`build`](Self::build).
     ///
     /// ```
-    /// use tollgate::SharedRateLimiter;
+    /// use tollgate::redis::SharedRateLimiter;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let ca_pem: &[u8] = include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/doc-ca.pem"));

@@ -5,15 +5,15 @@
 
 use crate::engine::error::{InsufficientCapacity, Quoted};
 
-/// A shared check (or building a [`SharedRateLimiter`](crate::SharedRateLimiter)) that could
+/// A shared check (or building a [`SharedRateLimiter`](crate::redis::SharedRateLimiter)) that could
 /// not be carried out.
 ///
 /// Redis being slow, down or at fault is *not* an error: the check returns the verdict of the
-/// [`FailurePolicy`](crate::FailurePolicy), which says so. Errors are the caller's mistakes and
+/// [`FailurePolicy`](crate::redis::FailurePolicy), which says so. Errors are the caller's mistakes and
 /// bad configuration, which retrying cannot fix.
 ///
 /// ```
-/// use tollgate::{BackendError, SharedRateLimiter};
+/// use tollgate::redis::{BackendError, SharedRateLimiter};
 ///
 /// let err = SharedRateLimiter::builder("10/s".parse()?, "redis://127.0.0.1:1/")
 ///     .prefix("bad{prefix")
@@ -29,7 +29,7 @@ pub enum BackendError {
     /// The cost exceeds the burst of one of the limits (never retryable).
     #[error(transparent)]
     InsufficientCapacity(#[from] InsufficientCapacity),
-    /// A key longer than [`MAX_KEY_BYTES`](crate::SharedRateLimiter::MAX_KEY_BYTES).
+    /// A key longer than [`MAX_KEY_BYTES`](crate::redis::SharedRateLimiter::MAX_KEY_BYTES).
     #[error("key of {len} bytes is longer than the limit of {max} bytes")]
     KeyTooLong {
         /// The key's length in bytes.
@@ -50,7 +50,7 @@ pub enum BackendError {
     /// hold `:` (`svc:a` is a namespace); a policy may not.
     ///
     /// ```
-    /// use tollgate::{BackendError, SharedRateLimiter};
+    /// use tollgate::redis::{BackendError, SharedRateLimiter};
     ///
     /// let err = SharedRateLimiter::builder("10/s".parse()?, "redis://127.0.0.1:1/")
     ///     .prefix("svc")
@@ -88,10 +88,10 @@ pub enum BackendError {
     /// cannot. Returned by every check until the configuration is fixed: never fallback
     /// verdicts.
     ///
-    /// [`seed_urls`]: crate::SharedRateLimiterBuilder::seed_urls
+    /// [`seed_urls`]: crate::redis::SharedRateLimiterBuilder::seed_urls
     ///
     /// ```
-    /// use tollgate::{BackendError, SharedRateLimiter};
+    /// use tollgate::redis::{BackendError, SharedRateLimiter};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -110,18 +110,18 @@ pub enum BackendError {
     Cluster(String),
     /// The script answered something it never answers (a proxy in between). Checks no longer
     /// return it: such a reply is a backend fault, answered by the
-    /// [`FailurePolicy`](crate::FailurePolicy) and counted in
-    /// [`SharedStats::errors`](crate::SharedStats::errors). Kept so that code matching it
+    /// [`FailurePolicy`](crate::redis::FailurePolicy) and counted in
+    /// [`SharedStats::errors`](crate::redis::SharedStats::errors). Kept so that code matching it
     /// still compiles.
     #[error("unexpected reply from the redis script: {0}")]
     Protocol(String),
     /// A certificate or key given to the builder
-    /// ([`tls_root_ca`](crate::SharedRateLimiterBuilder::tls_root_ca),
-    /// [`tls_client_cert`](crate::SharedRateLimiterBuilder::tls_client_cert)) that does not
+    /// ([`tls_root_ca`](crate::redis::SharedRateLimiterBuilder::tls_root_ca),
+    /// [`tls_client_cert`](crate::redis::SharedRateLimiterBuilder::tls_client_cert)) that does not
     /// parse, or a key that is not its certificate's.
     ///
     /// ```
-    /// use tollgate::{BackendError, SharedRateLimiter};
+    /// use tollgate::redis::{BackendError, SharedRateLimiter};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let err = SharedRateLimiter::builder("10/s".parse()?, "rediss://redis.internal:6380/")
@@ -141,9 +141,9 @@ pub enum BackendError {
         reason: String,
     },
     /// The TLS handshake failed on a certificate: the server's is not signed by a trusted
-    /// root (a wrong or missing [`tls_root_ca`](crate::SharedRateLimiterBuilder::tls_root_ca)),
+    /// root (a wrong or missing [`tls_root_ca`](crate::redis::SharedRateLimiterBuilder::tls_root_ca)),
     /// expired or for another name; or the server refused ours (`tls-auth-clients yes` and no
-    /// or an unknown [`tls_client_cert`](crate::SharedRateLimiterBuilder::tls_client_cert)).
+    /// or an unknown [`tls_client_cert`](crate::redis::SharedRateLimiterBuilder::tls_client_cert)).
     /// Returned by the check that met it, never answered by the failure policy.
     #[error("tls certificate verification failed: {0}")]
     CertificateVerification(String),

@@ -22,11 +22,8 @@ use crate::engine::gcra::{Params, Per};
 use crate::engine::quota::Quota;
 use crate::engine::verdict::Allowed;
 
-/// The largest tolerance a shared limit may have: 2^50 µs (about 35.7 years).
-pub const MAX_TAU_MICROS: u64 = 1 << 50;
-/// The latest clock reading the script accepts: 2^52 µs (Unix time: the year 2112). A reading
-/// past it is denied with [`DenyReason::ClockOverflow`](crate::DenyReason::ClockOverflow).
-pub const MAX_NOW_MICROS: u64 = 1 << 52;
+pub(crate) const MAX_TAU_MICROS: u64 = 1 << 50;
+pub(crate) const MAX_NOW_MICROS: u64 = 1 << 52;
 
 pub(crate) const MAX_TAU_US: u64 = MAX_TAU_MICROS;
 pub(crate) const MAX_NOW_US: u64 = MAX_NOW_MICROS;

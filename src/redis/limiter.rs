@@ -32,7 +32,8 @@ use crate::sync::RwLock;
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use tollgate::{SharedRateLimiter, Verdict};
+/// use tollgate::Verdict;
+/// use tollgate::redis::SharedRateLimiter;
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -54,7 +55,7 @@ use crate::sync::RwLock;
 /// # Semantics
 ///
 /// Each check is one `EVALSHA` of a GCRA script (reloaded transparently after `NOSCRIPT`),
-/// with the engine's rules counted in microseconds (see [`MAX_TAU_MICROS`](crate::MAX_TAU_MICROS)
+/// with the engine's rules counted in microseconds (see [`MAX_TAU_MICROS`](crate::redis::SharedRateLimiter::MAX_TAU_MICROS)
 /// for the units and the exactness argument): allowed iff `max(tat, now) + w − now ≤ τ`,
 /// `retry_after` exact to the microsecond, `InsufficientCapacity` decided here before any
 /// call. The clock is the server's `TIME` unless [`clock`](SharedRateLimiterBuilder::clock)
@@ -142,7 +143,7 @@ impl SharedRateLimiter {
     /// A builder for a limiter of `quota` on the Redis at `url` (`redis://host:port/db`).
     ///
     /// ```
-    /// use tollgate::{FailurePolicy, SharedRateLimiter};
+    /// use tollgate::redis::{FailurePolicy, SharedRateLimiter};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -171,7 +172,7 @@ impl SharedRateLimiter {
     /// [`FailurePolicy`], so that `Closed` denies and never lets a check through unjudged.
     ///
     /// ```no_run
-    /// # use tollgate::SharedRateLimiter;
+    /// # use tollgate::redis::SharedRateLimiter;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let lim = SharedRateLimiter::builder("1/s".parse()?, "redis://127.0.0.1:6379/").build()?;
@@ -198,7 +199,8 @@ impl SharedRateLimiter {
     /// cost above a limit's burst (decided here, with no round trip).
     ///
     /// ```no_run
-    /// # use tollgate::{BackendError, Check, SharedRateLimiter};
+    /// # use tollgate::Check;
+    /// # use tollgate::redis::{BackendError, SharedRateLimiter};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let lim = SharedRateLimiter::builder("10/s".parse()?, "redis://127.0.0.1:6379/").build()?;
@@ -230,7 +232,7 @@ impl SharedRateLimiter {
     /// As [`check_key`](Self::check_key).
     ///
     /// ```no_run
-    /// # use tollgate::SharedRateLimiter;
+    /// # use tollgate::redis::SharedRateLimiter;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let lim = SharedRateLimiter::builder("1/s".parse()?, "redis://127.0.0.1:6379/").build()?;
@@ -253,7 +255,7 @@ impl SharedRateLimiter {
     /// (other instances keep theirs until their own change: see there).
     ///
     /// ```
-    /// # use tollgate::SharedRateLimiter;
+    /// # use tollgate::redis::SharedRateLimiter;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let lim = SharedRateLimiter::builder("10/s".parse()?, "redis://127.0.0.1:6379/").build()?;
@@ -273,7 +275,7 @@ impl SharedRateLimiter {
     /// [`BackendError::UnknownPolicy`] if no limit has that name.
     ///
     /// ```
-    /// # use tollgate::SharedRateLimiter;
+    /// # use tollgate::redis::SharedRateLimiter;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let lim = SharedRateLimiter::builder("10/s".parse()?, "redis://127.0.0.1:6379/")
@@ -323,7 +325,7 @@ impl SharedRateLimiter {
     /// hash tag (the escaped customer), so one cluster slot.
     ///
     /// ```
-    /// # use tollgate::SharedRateLimiter;
+    /// # use tollgate::redis::SharedRateLimiter;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let lim = SharedRateLimiter::builder("10/s".parse()?, "redis://127.0.0.1:6379/")
@@ -345,7 +347,7 @@ impl SharedRateLimiter {
     /// What this limiter has done so far.
     ///
     /// ```
-    /// # use tollgate::SharedRateLimiter;
+    /// # use tollgate::redis::SharedRateLimiter;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let lim = SharedRateLimiter::builder("10/s".parse()?, "redis://127.0.0.1:6379/").build()?;
@@ -377,7 +379,7 @@ impl SharedRateLimiter {
     /// never configured, and never switches back.
     ///
     /// ```
-    /// # use tollgate::SharedRateLimiter;
+    /// # use tollgate::redis::SharedRateLimiter;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let lim = SharedRateLimiter::builder("10/s".parse()?, "redis://127.0.0.1:7000/")
@@ -482,4 +484,14 @@ impl fmt::Debug for SharedRateLimiter {
             .field("stats", &self.stats())
             .finish_non_exhaustive()
     }
+}
+
+impl SharedRateLimiter {
+    /// The default per-call deadline: 20 ms.
+    pub const DEFAULT_DEADLINE: Duration = crate::redis::builder::DEFAULT_DEADLINE;
+    /// The latest clock reading the script accepts: 2^52 µs (Unix time: the year 2112). A reading
+    /// past it is denied with [`DenyReason::ClockOverflow`](crate::DenyReason::ClockOverflow).
+    pub const MAX_NOW_MICROS: u64 = crate::redis::limit::MAX_NOW_MICROS;
+    /// The largest tolerance a shared limit may have: 2^50 µs (about 35.7 years).
+    pub const MAX_TAU_MICROS: u64 = crate::redis::limit::MAX_TAU_MICROS;
 }

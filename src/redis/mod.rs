@@ -1,4 +1,4 @@
-//! Beyond one machine (feature `redis`): [`SharedRateLimiter`](crate::SharedRateLimiter), a
+//! Beyond one machine (feature `redis`): [`SharedRateLimiter`], a
 //! GCRA in one Lua script per check, behind a per-call deadline, a circuit breaker, a local
 //! deny cache and a failure policy. Uses the engine (quotas, verdicts, clocks) and the
 //! in-memory keyed limiter (the local fallback).
@@ -17,3 +17,9 @@ pub(crate) mod renew;
 pub(crate) mod script;
 pub(crate) mod stats;
 pub(crate) mod tls;
+
+pub use breaker::BreakerConfig;
+pub use builder::{FailurePolicy, SharedRateLimiterBuilder};
+pub use error::BackendError;
+pub use limiter::SharedRateLimiter;
+pub use stats::SharedStats;

@@ -3,12 +3,12 @@
 
 use crate::sync::atomic::{AtomicU64, Ordering};
 
-/// Counts of a [`SharedRateLimiter`](crate::SharedRateLimiter)'s checks and of its calls to
+/// Counts of a [`SharedRateLimiter`](crate::redis::SharedRateLimiter)'s checks and of its calls to
 /// Redis. Every check is counted once by how it was decided; every fallback verdict is
 /// counted by the policy that gave it.
 ///
 /// ```
-/// use tollgate::SharedStats;
+/// use tollgate::redis::SharedStats;
 ///
 /// let s = SharedStats::default();
 /// assert_eq!((s.total(), s.fallbacks()), (0, 0));
@@ -46,14 +46,14 @@ pub struct SharedStats {
     pub refused: u64,
     /// Calls whose TLS handshake failed: a certificate not verified (ours or the server's) or
     /// no TLS on the other end. Each check that met one returned
-    /// [`BackendError::CertificateVerification`](crate::BackendError::CertificateVerification)
-    /// or [`BackendError::Tls`](crate::BackendError::Tls), not a fallback verdict.
+    /// [`BackendError::CertificateVerification`](crate::redis::BackendError::CertificateVerification)
+    /// or [`BackendError::Tls`](crate::redis::BackendError::Tls), not a fallback verdict.
     pub tls_failures: u64,
     /// Calls whose credentials Redis refused or asked for (`WRONGPASS`, `NOAUTH`), each
-    /// returned as [`BackendError::Authentication`](crate::BackendError::Authentication).
+    /// returned as [`BackendError::Authentication`](crate::redis::BackendError::Authentication).
     pub auth_failures: u64,
     /// Calls the ACL refused (`NOPERM`), each returned as
-    /// [`BackendError::Permission`](crate::BackendError::Permission).
+    /// [`BackendError::Permission`](crate::redis::BackendError::Permission).
     pub permission_denied: u64,
     /// Checks not sent because the breaker was open.
     pub breaker_rejected: u64,

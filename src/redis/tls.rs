@@ -16,7 +16,7 @@
 //!   system's updates and revocations without a rebuild, and costs no extra dependency. A host
 //!   without a store (a distroless image without `ca-certificates`) has no roots: every
 //!   connection then fails with [`BackendError::CertificateVerification`], never silently.
-//!   [`tls_root_ca`](crate::SharedRateLimiterBuilder::tls_root_ca) replaces the roots.
+//!   [`tls_root_ca`](crate::redis::SharedRateLimiterBuilder::tls_root_ca) replaces the roots.
 
 use std::sync::Arc;
 

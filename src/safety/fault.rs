@@ -34,7 +34,7 @@ use std::sync::Arc;
 
 use crate::sync::Mutex;
 
-pub use baseline::{Baseline, HourSample, BASELINE_HOURS, BASELINE_MIN_HOURS};
+pub use baseline::{Baseline, HourSample};
 pub use builder::FaultDetectorBuilder;
 
 use crate::engine::clock::{saturating_nanos, Clock};
@@ -53,12 +53,12 @@ pub type EventCallback = Arc<dyn Fn(&FaultEvent) + Send + Sync>;
 #[non_exhaustive]
 pub enum FaultEvent {
     /// The deny measure jumped far above the baseline: the limiter now passes traffic through.
-    Tripped(Figures),
+    Tripped(FaultFigures),
     /// The shadow measure stayed under the threshold for a full window (or the pass-through
     /// ran out): the limiter enforces again.
-    Recovered(Figures),
+    Recovered(FaultFigures),
     /// Something worth a look that does not warrant passing traffic through.
-    Alert(AlertKind, Figures),
+    Alert(AlertKind, FaultFigures),
 }
 
 /// Why the detector alerted without tripping.
@@ -82,7 +82,7 @@ pub enum AlertKind {
 /// The figures behind an event.
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[non_exhaustive]
-pub struct Figures {
+pub struct FaultFigures {
     /// The deny measure over the window: breadth (keyed) or deny ratio (direct), in `0..=1`.
     pub measure: f64,
     /// The baseline's value of the same measure, if there is a baseline.
@@ -100,7 +100,7 @@ pub struct Figures {
 /// Where the detector stands.
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[non_exhaustive]
-pub enum Mode {
+pub enum DetectorMode {
     /// Verdicts are enforced.
     Enforcing,
     /// Verdicts pass through until `until` (the detector's clock) at the latest.
@@ -117,11 +117,11 @@ pub enum Mode {
 #[non_exhaustive]
 pub struct DetectorState {
     /// Enforcing or passing through.
-    pub mode: Mode,
+    pub mode: DetectorMode,
     /// `true` while an operator override is in force.
     pub overridden: bool,
     /// The figures of the last evaluation.
-    pub last: Figures,
+    pub last: FaultFigures,
     /// The config revision in force.
     pub revision: u64,
     /// Callbacks that panicked (counted, never propagated).
@@ -134,7 +134,8 @@ pub struct DetectorState {
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::{Baseline, FaultDetector, HourSample, ManualClock, RateLimiter};
+/// use tollgate::{ManualClock, RateLimiter};
+/// use tollgate::safety::{Baseline, FaultDetector, HourSample};
 ///
 /// let clock = ManualClock::new();
 /// let normal = HourSample { breadth: 0.0, deny_ratio: 0.01, allowed_per_sec: 10.0 };

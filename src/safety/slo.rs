@@ -37,11 +37,9 @@ pub use report::{SloAlert, TierSnapshot};
 use eval::{growth, EvalState};
 use report::Tally;
 
-/// The tier that counts every request whose tier was not declared.
-pub const OTHER_TIER: &str = "other";
+pub(crate) const OTHER_TIER: &str = "other";
 
-/// The largest number of tiers [`SuccessRateBuilder::tiers`] accepts.
-pub const MAX_TIERS: usize = 64;
+pub(crate) const MAX_TIERS: usize = 64;
 
 /// Sub-buckets per window: 10 s buckets for the default 60 s window.
 const SUB_BUCKETS: u64 = 6;
@@ -55,18 +53,18 @@ const BP: u128 = 10_000;
 /// What a response meant to the customer.
 ///
 /// ```
-/// use tollgate::Outcome;
+/// use tollgate::safety::RequestOutcome;
 ///
-/// assert_eq!(Outcome::from_status(200), Outcome::Success);
-/// assert_eq!(Outcome::from_status(429), Outcome::RateLimited);
-/// assert_eq!(Outcome::from_status(503), Outcome::ServerError);
-/// assert_eq!(Outcome::from_status(404), Outcome::ClientError);
-/// assert_eq!(Outcome::from_status(0), Outcome::ServerError);
-/// # Ok::<(), tollgate::SloConfigError>(())
+/// assert_eq!(RequestOutcome::from_status(200), RequestOutcome::Success);
+/// assert_eq!(RequestOutcome::from_status(429), RequestOutcome::RateLimited);
+/// assert_eq!(RequestOutcome::from_status(503), RequestOutcome::ServerError);
+/// assert_eq!(RequestOutcome::from_status(404), RequestOutcome::ClientError);
+/// assert_eq!(RequestOutcome::from_status(0), RequestOutcome::ServerError);
+/// # Ok::<(), tollgate::safety::SloConfigError>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
-pub enum Outcome {
+pub enum RequestOutcome {
     /// A useful answer: 1xx, 2xx, 3xx.
     Success,
     /// 429 Too Many Requests: a failure. Incident 001 was made of these.
@@ -78,18 +76,18 @@ pub enum Outcome {
     ClientError,
 }
 
-impl Outcome {
+impl RequestOutcome {
     /// Classifies an HTTP status code.
     ///
-    /// A status outside `100..=599` is a [`ServerError`](Outcome::ServerError): it is not a
+    /// A status outside `100..=599` is a [`ServerError`](RequestOutcome::ServerError): it is not a
     /// response the customer could use (proxies log `0` when no response was sent), and
     /// hiding it would hide a failure, which is how incident 001 stayed green.
     ///
     /// ```
-    /// use tollgate::Outcome;
-    /// assert_eq!(Outcome::from_status(301), Outcome::Success);
-    /// assert_eq!(Outcome::from_status(600), Outcome::ServerError);
-    /// # Ok::<(), tollgate::SloConfigError>(())
+    /// use tollgate::safety::RequestOutcome;
+    /// assert_eq!(RequestOutcome::from_status(301), RequestOutcome::Success);
+    /// assert_eq!(RequestOutcome::from_status(600), RequestOutcome::ServerError);
+    /// # Ok::<(), tollgate::safety::SloConfigError>(())
     /// ```
     #[inline]
     pub const fn from_status(status: u16) -> Self {
@@ -112,7 +110,7 @@ impl Outcome {
     }
 }
 
-/// Counts by [`Outcome::index`].
+/// Counts by [`RequestOutcome::index`].
 type Counts = [u64; 4];
 
 type Callback = Arc<dyn Fn(&SloAlert) + Send + Sync>;
@@ -123,11 +121,11 @@ type Callback = Arc<dyn Fn(&SloAlert) + Send + Sync>;
 /// In incident 001 a config push capped 14 % of paying customers' traffic at 1 request per
 /// second for 38 minutes while every dashboard stayed green: a 429 is fast, and it is not a
 /// 5xx. To the customer it was the API not working. So here a 429 counts as a failure like a
-/// 5xx, and other 4xx (the client's mistakes) count as neither ([`Outcome`]). Replayed, the
+/// 5xx, and other 4xx (the client's mistakes) count as neither ([`RequestOutcome`]). Replayed, the
 /// incident pages within 20 seconds with the defaults.
 ///
 /// * **Recording** ([`record`](Self::record)) takes `&self`, never locks or allocates: a
-///   clock read, a scan of the declared tiers (undeclared ones count as [`OTHER_TIER`]), one
+///   clock read, a scan of the declared tiers (undeclared ones count as [`OTHER_TIER`](crate::safety::SuccessRate::OTHER_TIER)), one
 ///   `Relaxed` add on a striped, cache-padded counter. Share the tracker in an `Arc`.
 /// * **Evaluation** is lazy: time is cut into sub-buckets of a sixth of the window, and the
 ///   first record past a boundary (or [`tick`](Self::tick), for idle periods) compares each
@@ -149,7 +147,8 @@ type Callback = Arc<dyn Fn(&SloAlert) + Send + Sync>;
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::{ManualClock, SuccessRate};
+/// use tollgate::ManualClock;
+/// use tollgate::safety::SuccessRate;
 ///
 /// let clock = ManualClock::new();
 /// let slo = SuccessRate::builder()
@@ -173,11 +172,11 @@ type Callback = Arc<dyn Fn(&SloAlert) + Send + Sync>;
 /// let alerts = slo.poll_alerts();
 /// assert_eq!(alerts.len(), 1);
 /// assert_eq!(alerts[0].tier(), "paid");
-/// # Ok::<(), tollgate::SloConfigError>(())
+/// # Ok::<(), tollgate::safety::SloConfigError>(())
 /// ```
 pub struct SuccessRate {
     clock: Clock,
-    /// The declared tiers in order, then [`OTHER_TIER`].
+    /// The declared tiers in order, then [`OTHER_TIER`](crate::safety::SuccessRate::OTHER_TIER).
     tiers: Box<[Arc<str>]>,
     /// Cumulative counts, index `stripe · tiers.len() + tier`. Only ever increased, `Relaxed`:
     /// they are statistics, and publish no other memory; the evaluator reads their growth.
@@ -216,7 +215,7 @@ impl SuccessRate {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tollgate::SuccessRate;
+    /// use tollgate::safety::SuccessRate;
     ///
     /// let slo = SuccessRate::builder()
     ///     .tiers(["free", "paid"])
@@ -226,39 +225,39 @@ impl SuccessRate {
     ///     .min_samples(1_000)
     ///     .build()?;
     /// assert_eq!(slo.window(), Duration::from_secs(120));
-    /// # Ok::<(), tollgate::SloConfigError>(())
+    /// # Ok::<(), tollgate::safety::SloConfigError>(())
     /// ```
     pub fn builder() -> SuccessRateBuilder {
         SuccessRateBuilder::default()
     }
 
-    /// Records a response by its HTTP status: see [`Outcome::from_status`].
+    /// Records a response by its HTTP status: see [`RequestOutcome::from_status`].
     ///
     /// ```
-    /// use tollgate::SuccessRate;
+    /// use tollgate::safety::SuccessRate;
     /// let slo = SuccessRate::builder().tiers(["paid"]).build()?;
     /// slo.record("paid", 429);
     /// assert_eq!(slo.snapshot()[0].failures_429(), 1);
-    /// # Ok::<(), tollgate::SloConfigError>(())
+    /// # Ok::<(), tollgate::safety::SloConfigError>(())
     /// ```
     #[inline]
     pub fn record(&self, tier: &str, status: u16) {
-        self.record_outcome(tier, Outcome::from_status(status));
+        self.record_outcome(tier, RequestOutcome::from_status(status));
     }
 
     /// Records a response by its outcome. An undeclared `tier` (names are case-sensitive) is
-    /// counted under [`OTHER_TIER`]. Evaluates first if a sub-bucket boundary has passed.
+    /// counted under [`OTHER_TIER`](crate::safety::SuccessRate::OTHER_TIER). Evaluates first if a sub-bucket boundary has passed.
     ///
     /// ```
-    /// use tollgate::{Outcome, SuccessRate};
+    /// use tollgate::safety::{RequestOutcome, SuccessRate};
     /// let slo = SuccessRate::builder().tiers(["paid"]).build()?;
-    /// slo.record_outcome("Paid", Outcome::Success);
+    /// slo.record_outcome("Paid", RequestOutcome::Success);
     /// assert_eq!(slo.snapshot()[1].tier(), "other");
     /// assert_eq!(slo.snapshot()[1].successes(), 1);
-    /// # Ok::<(), tollgate::SloConfigError>(())
+    /// # Ok::<(), tollgate::safety::SloConfigError>(())
     /// ```
     #[inline]
-    pub fn record_outcome(&self, tier: &str, outcome: Outcome) {
+    pub fn record_outcome(&self, tier: &str, outcome: RequestOutcome) {
         let declared = &self.tiers[..self.tiers.len() - 1];
         let tier = declared
             .iter()
@@ -290,11 +289,11 @@ impl SuccessRate {
     /// itself). Cheap when there is nothing to do.
     ///
     /// ```
-    /// use tollgate::SuccessRate;
+    /// use tollgate::safety::SuccessRate;
     /// let slo = SuccessRate::builder().tiers(["paid"]).build()?;
     /// slo.tick();
     /// assert!(slo.poll_alerts().is_empty());
-    /// # Ok::<(), tollgate::SloConfigError>(())
+    /// # Ok::<(), tollgate::safety::SloConfigError>(())
     /// ```
     pub fn tick(&self) {
         let now = self.clock.now_nanos();
@@ -307,22 +306,22 @@ impl SuccessRate {
     /// see [`dropped_alerts`](Self::dropped_alerts)).
     ///
     /// ```
-    /// use tollgate::SuccessRate;
+    /// use tollgate::safety::SuccessRate;
     /// let slo = SuccessRate::builder().tiers(["paid"]).build()?;
     /// assert!(slo.poll_alerts().is_empty());
-    /// # Ok::<(), tollgate::SloConfigError>(())
+    /// # Ok::<(), tollgate::safety::SloConfigError>(())
     /// ```
     pub fn poll_alerts(&self) -> Vec<SloAlert> {
         self.queue.lock().drain(..).collect()
     }
 
-    /// Every tier, declared ones in order then [`OTHER_TIER`]: cumulative counts, and the
+    /// Every tier, declared ones in order then [`OTHER_TIER`](crate::safety::SuccessRate::OTHER_TIER): cumulative counts, and the
     /// success rate over the last complete window (which ends at
     /// [`TierSnapshot::window_end`], up to a sixth of the window ago). Does not evaluate or
     /// raise alerts.
     ///
     /// ```
-    /// use tollgate::SuccessRate;
+    /// use tollgate::safety::SuccessRate;
     /// let slo = SuccessRate::builder().tiers(["free", "paid"]).build()?;
     /// slo.record("paid", 503);
     /// slo.record("paid", 404);
@@ -330,7 +329,7 @@ impl SuccessRate {
     /// assert_eq!(tiers, ["free", "paid", "other"]);
     /// let paid = &slo.snapshot()[1];
     /// assert_eq!((paid.failures_5xx(), paid.client_errors()), (1, 1));
-    /// # Ok::<(), tollgate::SloConfigError>(())
+    /// # Ok::<(), tollgate::safety::SloConfigError>(())
     /// ```
     pub fn snapshot(&self) -> Vec<TierSnapshot> {
         let st = self.state.lock();
@@ -351,10 +350,10 @@ impl SuccessRate {
     /// whole nanosecond sub-buckets.
     ///
     /// ```
-    /// use tollgate::SuccessRate;
+    /// use tollgate::safety::SuccessRate;
     /// let slo = SuccessRate::builder().tiers(["paid"]).build()?;
     /// assert_eq!(slo.window(), std::time::Duration::from_secs(60));
-    /// # Ok::<(), tollgate::SloConfigError>(())
+    /// # Ok::<(), tollgate::safety::SloConfigError>(())
     /// ```
     pub fn window(&self) -> Duration {
         Duration::from_nanos(self.bucket_ns.saturating_mul(SUB_BUCKETS))
@@ -364,10 +363,10 @@ impl SuccessRate {
     /// panic is caught and counted; recording and other alerts go on.
     ///
     /// ```
-    /// use tollgate::SuccessRate;
+    /// use tollgate::safety::SuccessRate;
     /// let slo = SuccessRate::builder().tiers(["paid"]).on_alert(|_| panic!("oops")).build()?;
     /// assert_eq!(slo.callback_panics(), 0);
-    /// # Ok::<(), tollgate::SloConfigError>(())
+    /// # Ok::<(), tollgate::safety::SloConfigError>(())
     /// ```
     pub fn callback_panics(&self) -> u64 {
         self.callback_panics.load(Ordering::Relaxed)
@@ -377,10 +376,10 @@ impl SuccessRate {
     /// 1024 were waiting. The callback sees every alert.
     ///
     /// ```
-    /// use tollgate::SuccessRate;
+    /// use tollgate::safety::SuccessRate;
     /// let slo = SuccessRate::builder().tiers(["paid"]).build()?;
     /// assert_eq!(slo.dropped_alerts(), 0);
-    /// # Ok::<(), tollgate::SloConfigError>(())
+    /// # Ok::<(), tollgate::safety::SloConfigError>(())
     /// ```
     pub fn dropped_alerts(&self) -> u64 {
         self.dropped_alerts.load(Ordering::Relaxed)
@@ -400,4 +399,11 @@ impl fmt::Debug for SuccessRate {
             .field("clock", &self.clock)
             .finish_non_exhaustive()
     }
+}
+
+impl SuccessRate {
+    /// The largest number of tiers [`SuccessRateBuilder::tiers`] accepts.
+    pub const MAX_TIERS: usize = crate::safety::slo::MAX_TIERS;
+    /// The tier that counts every request whose tier was not declared.
+    pub const OTHER_TIER: &str = crate::safety::slo::OTHER_TIER;
 }

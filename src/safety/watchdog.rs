@@ -34,7 +34,8 @@ pub enum ClockFault {
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::{ClockFault, ManualClock, Watchdog};
+/// use tollgate::ManualClock;
+/// use tollgate::safety::{ClockFault, Watchdog};
 ///
 /// let (fast, reference) = (ManualClock::new(), ManualClock::new());
 /// let dog = Watchdog::new(fast.clone(), reference.clone());
@@ -176,7 +177,7 @@ impl Watchdog {
     /// Samples every `interval` from a thread of its own (opt-in), for limiters that may sit
     /// idle: without checks, nothing else samples. The thread stops when the handle is
     /// dropped.
-    pub fn spawn_sampler(&self, interval: Duration) -> Sampler {
+    pub fn spawn_sampler(&self, interval: Duration) -> WatchdogSampler {
         let stop = Arc::new(AtomicBool::new(false));
         let (dog, flag) = (self.clone(), Arc::clone(&stop));
         let thread = std::thread::Builder::new()
@@ -188,7 +189,7 @@ impl Watchdog {
                 }
             })
             .ok();
-        Sampler { stop, thread }
+        WatchdogSampler { stop, thread }
     }
 
     /// `true` while in the pass-through window after a fault. The window ends on time, on
@@ -264,19 +265,19 @@ impl fmt::Debug for Watchdog {
 
 /// The handle of a [`Watchdog::spawn_sampler`] thread: dropping it stops the thread.
 #[derive(Debug)]
-pub struct Sampler {
+pub struct WatchdogSampler {
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
-impl Sampler {
+impl WatchdogSampler {
     /// `false` if the thread could not be spawned (the system refused it).
     pub fn is_running(&self) -> bool {
         self.thread.as_ref().is_some_and(|t| !t.is_finished())
     }
 }
 
-impl Drop for Sampler {
+impl Drop for WatchdogSampler {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {

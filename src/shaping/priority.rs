@@ -22,8 +22,8 @@ const PPM: u32 = 1_000_000;
 /// Priority classes on one cell: the share of the burst each class leaves to the classes
 /// above it (class 0 is the most critical).
 ///
-/// Attach them with [`RateLimiterBuilder::priorities`](crate::RateLimiterBuilder::priorities)
-/// or [`KeyedRateLimiterBuilder::priorities`](crate::KeyedRateLimiterBuilder::priorities), and
+/// Attach them with [`RateLimiterBuilder::priorities`](crate::limiter::RateLimiterBuilder::priorities)
+/// or [`KeyedRateLimiterBuilder::priorities`](crate::limiter::KeyedRateLimiterBuilder::priorities), and
 /// choose a class per check with [`Check::class`](crate::Check::class). A plain
 /// [`check`](crate::RateLimiter::check) is class 0.
 ///
@@ -48,7 +48,8 @@ const PPM: u32 = 1_000_000;
 ///   are not applied: the pass-through ceiling applies to every class alike.
 ///
 /// ```
-/// use tollgate::{Check, ManualClock, Priorities, RateLimiter};
+/// use tollgate::{Check, ManualClock, RateLimiter};
+/// use tollgate::shaping::Priorities;
 ///
 /// let classes = Priorities::new([(0, 0.0), (1, 0.2), (2, 0.5)])?;
 /// let lim = RateLimiter::builder("10/s".parse()?)
@@ -82,7 +83,7 @@ impl Priorities {
     /// critical class (higher number) reserves less than a more critical one.
     ///
     /// ```
-    /// use tollgate::{Priorities, PriorityError};
+    /// use tollgate::shaping::{Priorities, PriorityError};
     ///
     /// let p = Priorities::new([(1, 0.2), (2, 0.5)])?;
     /// assert_eq!(p.reserve(0), 0.0); // class 0 is implied, with no reserve
@@ -116,12 +117,12 @@ impl Priorities {
     /// unlisted classes).
     ///
     /// ```
-    /// use tollgate::Priorities;
+    /// use tollgate::shaping::Priorities;
     ///
     /// let p = Priorities::new([(0, 0.0), (3, 0.25)])?;
     /// assert_eq!(p.reserve(3), 0.25);
     /// assert_eq!(p.reserve(1), 0.25);
-    /// # Ok::<(), tollgate::PriorityError>(())
+    /// # Ok::<(), tollgate::shaping::PriorityError>(())
     /// ```
     pub fn reserve(&self, class: u8) -> f64 {
         f64::from(self.reserve_of(class).0) / f64::from(PPM)
@@ -131,11 +132,11 @@ impl Priorities {
     /// included).
     ///
     /// ```
-    /// use tollgate::Priorities;
+    /// use tollgate::shaping::Priorities;
     ///
     /// let p = Priorities::new([(2, 0.5)])?;
     /// assert_eq!(p.classes().collect::<Vec<_>>(), [(0, 0.0), (2, 0.5)]);
-    /// # Ok::<(), tollgate::PriorityError>(())
+    /// # Ok::<(), tollgate::shaping::PriorityError>(())
     /// ```
     pub fn classes(&self) -> impl Iterator<Item = (u8, f64)> + '_ {
         self.classes
@@ -157,7 +158,8 @@ impl Priorities {
     /// than one unit.
     ///
     /// ```
-    /// use tollgate::{Priorities, PriorityError, Quota};
+    /// use tollgate::Quota;
+    /// use tollgate::shaping::{Priorities, PriorityError};
     ///
     /// let quota: Quota = "10/s".parse()?;
     /// let classes = Priorities::new([(1, 0.5), (2, 0.95)])?;
@@ -216,7 +218,7 @@ fn to_ppm(share: f64) -> Option<u32> {
 /// A mistake in a [`Priorities`] list.
 ///
 /// ```
-/// use tollgate::{Priorities, PriorityError};
+/// use tollgate::shaping::{Priorities, PriorityError};
 ///
 /// let err = Priorities::new([(1, 0.5), (2, 0.2)]).unwrap_err();
 /// assert_eq!(err, PriorityError::Inverted { class: 2, above: 1 });

@@ -3,7 +3,9 @@
 
 mod backoff;
 
-pub use backoff::{Backoff, BackoffBuilder, BackoffError, Delays, Failure, RetryError};
+pub use backoff::{
+    AttemptFailure, Backoff, BackoffBuilder, BackoffDelays, BackoffError, RetryError,
+};
 
 use crate::sync::atomic::{AtomicU64, Ordering};
 use core::fmt;
@@ -71,7 +73,8 @@ const MAX_RATIO: f64 = 1_000.0;
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::{Check, DenyReason, ManualClock, RateLimiter, RetryBudget};
+/// use tollgate::{Check, DenyReason, ManualClock, RateLimiter};
+/// use tollgate::shaping::RetryBudget;
 ///
 /// let budget = RetryBudget::new()
 ///     .with_ratio(0.1)
@@ -115,7 +118,7 @@ impl RetryBudget {
     /// to `[0, 1000]`, kept to parts per million; NaN counts as 0.
     ///
     /// ```
-    /// use tollgate::RetryBudget;
+    /// use tollgate::shaping::RetryBudget;
     ///
     /// assert_eq!(RetryBudget::new().with_ratio(0.2).ratio(), 0.2);
     /// assert_eq!(RetryBudget::new().with_ratio(-1.0).ratio(), 0.0);
@@ -136,7 +139,7 @@ impl RetryBudget {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tollgate::RetryBudget;
+    /// use tollgate::shaping::RetryBudget;
     ///
     /// let b = RetryBudget::new().with_period(Duration::from_millis(10));
     /// assert_eq!(b.period(), Duration::from_secs(1));
@@ -154,7 +157,7 @@ impl RetryBudget {
     /// holds `floor × period` of them on top of the ratio.
     ///
     /// ```
-    /// use tollgate::RetryBudget;
+    /// use tollgate::shaping::RetryBudget;
     ///
     /// assert_eq!(RetryBudget::new().with_floor(0).floor(), 0);
     /// ```

@@ -191,8 +191,8 @@ pub fn connection(url: &str) -> redis::Connection {
 
 /// One publish of `lim`'s figures, registered as `shared`, in the Prometheus text format.
 #[cfg(feature = "metrics")]
-pub fn scrape(lim: &std::sync::Arc<tollgate::SharedRateLimiter>) -> String {
-    let registry = tollgate::MetricsRegistry::new();
+pub fn scrape(lim: &std::sync::Arc<tollgate::redis::SharedRateLimiter>) -> String {
+    let registry = tollgate::metrics::MetricsRegistry::new();
     registry
         .register_shared("shared", lim)
         .expect("a fresh registry takes the name");

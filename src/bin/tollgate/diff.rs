@@ -4,7 +4,8 @@ use std::collections::HashSet;
 use std::path::Path;
 
 use serde::Serialize;
-use tollgate::{Diff, Format, Limits, Quota, Tightening};
+use tollgate::limits::{Diff, Format, Limits, Tightening};
+use tollgate::Quota;
 
 use crate::load::{format_of, load, FileProblem, Loaded, Problem};
 use crate::{shown, Options, Output, OutputFormat, Status};

@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use serde::Serialize;
-use tollgate::{ConfigError, ConfigErrorKind, Format, Limits};
+use tollgate::limits::{ConfigError, ConfigErrorKind, Format, Limits};
 
 use crate::{shown, Options, Status};
 
@@ -105,7 +105,7 @@ pub(crate) enum Loaded {
     /// A valid document.
     Valid(Limits),
     /// A document with errors (at least one listed), and how many more were found than
-    /// the library lists ([`tollgate::ConfigErrors::omitted`]).
+    /// the library lists ([`tollgate::limits::ConfigErrors::omitted`]).
     Invalid(Vec<Problem>, usize),
     /// A file that cannot be read, or whose format cannot be told.
     Unusable(Problem),

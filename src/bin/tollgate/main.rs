@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use tollgate::{Format, DEFAULT_GUARD};
+use tollgate::limits::{Format, Limits};
 
 mod check;
 mod diff;
@@ -55,7 +55,7 @@ enum Command {
         new: PathBuf,
         /// The tightening factor (at least 1) beyond which a change needs an
         /// `[[acknowledge]]` entry in NEW.
-        #[arg(long, value_name = "FACTOR", default_value_t = DEFAULT_GUARD, value_parser = parse_guard)]
+        #[arg(long, value_name = "FACTOR", default_value_t = Limits::DEFAULT_GUARD, value_parser = parse_guard)]
         guard: f64,
         #[command(flatten)]
         options: Options,

@@ -17,7 +17,7 @@ impl RateLimiter {
     ///
     /// The refunded check stays counted as allowed in [`stats`](Self::stats) (counters only
     /// grow; the check was admitted when it was made). A retry's debit of a
-    /// [`RetryBudget`](crate::RetryBudget) is not given back. During a pass-through a
+    /// [`RetryBudget`](crate::shaping::RetryBudget) is not given back. During a pass-through a
     /// shadow-allowed check wrote the cell and may be refunded like an allow; a shadow-denied
     /// one did not, and must not be.
     ///

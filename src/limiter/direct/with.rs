@@ -11,8 +11,8 @@ use crate::shaping::priority;
 impl RateLimiter {
     /// Checks with per-request arguments: cost, attempt, priority class.
     ///
-    /// With [`Priorities`](crate::Priorities) attached, the check sees its class's tolerance; with a
-    /// [`RetryBudget`](crate::RetryBudget) attached, a retry (attempt ≥ 1) must fit the budget as well as the
+    /// With [`Priorities`](crate::shaping::Priorities) attached, the check sees its class's tolerance; with a
+    /// [`RetryBudget`](crate::shaping::RetryBudget) attached, a retry (attempt ≥ 1) must fit the budget as well as the
     /// quota; originals and retries are counted apart ([`stats`](Self::stats)). Without
     /// classes or a budget, the class is ignored and this is [`check_n`](Self::check_n).
     ///
@@ -21,7 +21,8 @@ impl RateLimiter {
     /// [`InsufficientCapacity`] if the cost exceeds the burst, or the capacity of its class.
     ///
     /// ```
-    /// use tollgate::{Check, ManualClock, Priorities, RateLimiter};
+    /// use tollgate::{Check, ManualClock, RateLimiter};
+    /// use tollgate::shaping::Priorities;
     ///
     /// let lim = RateLimiter::builder("100/s".parse()?)
     ///     .clock(ManualClock::new())

@@ -38,8 +38,7 @@ use super::sketch::Sketch;
 use super::{KeyedRateLimiter, Slow};
 use crate::engine::gcra::Params;
 
-/// The default budget of the admission filter: 1 MiB.
-pub const DEFAULT_FILTER_BYTES: usize = 1 << 20;
+pub(crate) const DEFAULT_FILTER_BYTES: usize = 1 << 20;
 
 /// Who takes a slot of a keyed table that holds `max_keys` keys: *frequency-aware admission*.
 ///
@@ -74,7 +73,7 @@ pub const DEFAULT_FILTER_BYTES: usize = 1 << 20;
 ///
 /// - A one-off key's check may be allowed by the overflow cell, and the same key's next
 ///   check by a fresh cell of its own: newcomers together get at most the overflow cell's
-///   quota on top of their own ([`overflow_quota`](crate::KeyedRateLimiterBuilder::overflow_quota)
+///   quota on top of their own ([`overflow_quota`](crate::limiter::KeyedRateLimiterBuilder::overflow_quota)
 ///   sets it). A key with a debt in a cell of its own is never given a fresh one.
 /// - A key first seen while the table is full of recently idle keys is tracked from its
 ///   second or third check, not its first.
@@ -100,7 +99,7 @@ pub const DEFAULT_FILTER_BYTES: usize = 1 << 20;
 /// assert_eq!(v.denied().map(|d| d.reason()), Some(DenyReason::KeyTableFull));
 /// assert!(lim.check_key(&3).is_permitted()); // seen twice: takes a key idle for T
 /// assert_eq!(lim.len(), 2);
-/// assert_eq!(lim.stats().map(|s| s.admissions_refused), Some(2));
+/// assert_eq!(lim.stats().admissions_refused, 2);
 /// # Ok::<(), tollgate::QuotaError>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -116,7 +115,7 @@ pub enum Admission {
 }
 
 impl Default for Admission {
-    /// The filter with [`DEFAULT_FILTER_BYTES`] (1 MiB).
+    /// The filter with [`DEFAULT_FILTER_BYTES`](crate::limiter::Admission::DEFAULT_FILTER_BYTES) (1 MiB).
     fn default() -> Self {
         Self::Filter {
             bytes: DEFAULT_FILTER_BYTES,
@@ -243,4 +242,9 @@ impl<K> KeyedRateLimiter<K> {
     pub fn filter_bytes(&self) -> usize {
         self.slow.lock().filter.bytes()
     }
+}
+
+impl Admission {
+    /// The default budget of the admission filter: 1 MiB.
+    pub const DEFAULT_FILTER_BYTES: usize = crate::limiter::keyed::admission::DEFAULT_FILTER_BYTES;
 }

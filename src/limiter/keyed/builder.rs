@@ -92,7 +92,8 @@ impl<K> KeyedRateLimiterBuilder<K> {
     /// take the next idle key's slot.
     ///
     /// ```
-    /// use tollgate::{Admission, KeyedRateLimiter};
+    /// use tollgate::KeyedRateLimiter;
+    /// use tollgate::limiter::Admission;
     ///
     /// let lim = KeyedRateLimiter::<u64>::builder("6/min".parse()?)
     ///     .max_keys(10_000)

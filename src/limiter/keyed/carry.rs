@@ -370,11 +370,7 @@ mod tests {
             3,
             "her 3 left, carried into an idle key's slot"
         );
-        assert_eq!(
-            new.stats().map(|s| s.admissions_refused),
-            Some(1),
-            "only e's"
-        );
+        assert_eq!(new.stats().admissions_refused, 1, "only e's");
     }
 
     #[test]

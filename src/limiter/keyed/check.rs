@@ -150,9 +150,9 @@ impl<K: Hash> KeyedRateLimiter<K> {
 
     /// Checks `key` with per-request arguments: cost, attempt, priority class.
     ///
-    /// With [`Priorities`](crate::Priorities) attached, the check sees its class's tolerance on the key's cell;
-    /// with a [`RetryBudget`](crate::RetryBudget) attached (one for the whole limiter), a retry must fit it as
-    /// well as the key's quota; with a [`FaultDetector`](crate::FaultDetector) attached, originals and retries are
+    /// With [`Priorities`](crate::shaping::Priorities) attached, the check sees its class's tolerance on the key's cell;
+    /// with a [`RetryBudget`](crate::shaping::RetryBudget) attached (one for the whole limiter), a retry must fit it as
+    /// well as the key's quota; with a [`FaultDetector`](crate::safety::FaultDetector) attached, originals and retries are
     /// counted apart. Without them this is [`check_key_n`](Self::check_key_n).
     ///
     /// # Errors
@@ -160,7 +160,8 @@ impl<K: Hash> KeyedRateLimiter<K> {
     /// [`InsufficientCapacity`] if the cost exceeds the burst, or the capacity of its class.
     ///
     /// ```
-    /// use tollgate::{Check, KeyedRateLimiter, Priorities};
+    /// use tollgate::{Check, KeyedRateLimiter};
+    /// use tollgate::shaping::Priorities;
     ///
     /// let lim = KeyedRateLimiter::<u64>::builder("10/s".parse()?)
     ///     .priorities(Priorities::new([(0, 0.0), (1, 0.3)])?)

@@ -25,7 +25,7 @@ impl<K: Hash> KeyedRateLimiter<K> {
     /// tracked key (one compare-and-swap), safe against checks, moves in the table and quota
     /// changes racing it; a key being moved or spilled takes the insert lock. The refunded
     /// check stays counted as allowed in [`stats`](Self::stats); a retry's debit of the
-    /// [`RetryBudget`](crate::RetryBudget) is not given back; a check the shadow denied
+    /// [`RetryBudget`](crate::shaping::RetryBudget) is not given back; a check the shadow denied
     /// during a pass-through wrote nothing to the key's cell and must not be refunded.
     ///
     /// ```

@@ -30,7 +30,7 @@ pub enum Direction {
 /// taken in whichever direction it moved.
 ///
 /// ```
-/// use tollgate::{Direction, QuotaChange};
+/// use tollgate::limits::{Direction, QuotaChange};
 ///
 /// let change = QuotaChange::new("100/s".parse()?, "10/min".parse()?);
 /// assert_eq!(change.direction(), Direction::Tighter);
@@ -52,7 +52,7 @@ impl QuotaChange {
     /// Compares two quotas.
     ///
     /// ```
-    /// use tollgate::QuotaChange;
+    /// use tollgate::limits::QuotaChange;
     ///
     /// let change = QuotaChange::new("10/s".parse()?, "10/min".parse()?);
     /// assert_eq!(change.rate_factor(), 60.0);
@@ -94,7 +94,7 @@ impl QuotaChange {
     /// The quota before.
     ///
     /// ```
-    /// let change = tollgate::QuotaChange::new("10/s".parse()?, "5/s".parse()?);
+    /// let change = tollgate::limits::QuotaChange::new("10/s".parse()?, "5/s".parse()?);
     /// assert_eq!(change.from().count(), 10);
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
@@ -105,7 +105,7 @@ impl QuotaChange {
     /// The quota after.
     ///
     /// ```
-    /// let change = tollgate::QuotaChange::new("10/s".parse()?, "5/s".parse()?);
+    /// let change = tollgate::limits::QuotaChange::new("10/s".parse()?, "5/s".parse()?);
     /// assert_eq!(change.to().count(), 5);
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
@@ -116,7 +116,7 @@ impl QuotaChange {
     /// Tighter, looser, mixed, or incomparable.
     ///
     /// ```
-    /// use tollgate::{Direction, QuotaChange};
+    /// use tollgate::limits::{Direction, QuotaChange};
     ///
     /// let change = QuotaChange::new("10/s".parse()?, "5/s;burst=20".parse()?);
     /// assert_eq!(change.direction(), Direction::Mixed);
@@ -130,7 +130,7 @@ impl QuotaChange {
     /// least 1); infinite when the change is [`Incomparable`](Direction::Incomparable).
     ///
     /// ```
-    /// let change = tollgate::QuotaChange::new("10/s".parse()?, "100/s".parse()?);
+    /// let change = tollgate::limits::QuotaChange::new("10/s".parse()?, "100/s".parse()?);
     /// assert_eq!(change.factor(), 10.0);
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
@@ -141,7 +141,7 @@ impl QuotaChange {
     /// Old sustained rate ÷ new sustained rate: above 1 is tighter.
     ///
     /// ```
-    /// let change = tollgate::QuotaChange::new("2Gbit/s".parse()?, "125MB/s".parse()?);
+    /// let change = tollgate::limits::QuotaChange::new("2Gbit/s".parse()?, "125MB/s".parse()?);
     /// assert_eq!(change.rate_factor(), 2.0);
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
@@ -152,7 +152,7 @@ impl QuotaChange {
     /// Old effective burst ÷ new effective burst: above 1 is tighter.
     ///
     /// ```
-    /// let change = tollgate::QuotaChange::new("100/s;burst=250".parse()?, "100/s".parse()?);
+    /// let change = tollgate::limits::QuotaChange::new("100/s;burst=250".parse()?, "100/s".parse()?);
     /// assert_eq!(change.burst_factor(), 2.5);
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
@@ -164,7 +164,7 @@ impl QuotaChange {
     /// (1 for a pure loosening); infinite when incomparable. This is what the guard checks.
     ///
     /// ```
-    /// let change = tollgate::QuotaChange::new("10/s".parse()?, "5/s;burst=20".parse()?);
+    /// let change = tollgate::limits::QuotaChange::new("10/s".parse()?, "5/s;burst=20".parse()?);
     /// assert_eq!(change.tightening(), 2.0);
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```

@@ -96,7 +96,7 @@ impl fmt::Display for Tightening {
 /// `Display` writes a table for people; `Serialize` the same for tools (`--format json`).
 ///
 /// ```
-/// use tollgate::{Limits, DEFAULT_GUARD};
+/// use tollgate::limits::Limits;
 ///
 /// let doc = |quota: &str, revision: u64| format!(
 ///     "schema = 1\nrevision = {revision}\n[[policies]]\nname = \"api\"\nmatch = {{ route = \"/api/*\" }}\nquota = \"{quota}\"\n"
@@ -105,9 +105,9 @@ impl fmt::Display for Tightening {
 /// let new = Limits::from_toml(&doc("10/min", 2))?;
 /// let diff = Limits::diff(&old, &new);
 /// assert_eq!(diff.changed()[0].quota.unwrap().to_string(), "10/s → 10/min: 60× tighter");
-/// assert_eq!(diff.unacknowledged(&new, DEFAULT_GUARD).len(), 1);
+/// assert_eq!(diff.unacknowledged(&new, Limits::DEFAULT_GUARD).len(), 1);
 /// assert!(diff.to_string().contains("api"));
-/// # Ok::<(), tollgate::ConfigErrors>(())
+/// # Ok::<(), tollgate::limits::ConfigErrors>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[non_exhaustive]
@@ -175,9 +175,9 @@ impl Diff {
     /// Whether nothing changed but (perhaps) the revision.
     ///
     /// ```
-    /// # let limits = tollgate::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[]}"#)?;
-    /// assert!(tollgate::Limits::diff(&limits, &limits).is_empty());
-    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// # let limits = tollgate::limits::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[]}"#)?;
+    /// assert!(tollgate::limits::Limits::diff(&limits, &limits).is_empty());
+    /// # Ok::<(), tollgate::limits::ConfigErrors>(())
     /// ```
     pub fn is_empty(&self) -> bool {
         self.added.is_empty()
@@ -189,9 +189,9 @@ impl Diff {
     /// The old and the new document's revisions.
     ///
     /// ```
-    /// # let limits = tollgate::Limits::from_json(r#"{"schema":1,"revision":7,"policies":[]}"#)?;
-    /// assert_eq!(tollgate::Limits::diff(&limits, &limits).revisions(), (7, 7));
-    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// # let limits = tollgate::limits::Limits::from_json(r#"{"schema":1,"revision":7,"policies":[]}"#)?;
+    /// assert_eq!(tollgate::limits::Limits::diff(&limits, &limits).revisions(), (7, 7));
+    /// # Ok::<(), tollgate::limits::ConfigErrors>(())
     /// ```
     pub fn revisions(&self) -> (u64, u64) {
         (self.from_revision, self.to_revision)
@@ -200,10 +200,10 @@ impl Diff {
     /// Policies only the new document has.
     ///
     /// ```
-    /// # let old = tollgate::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[]}"#)?;
-    /// # let new = tollgate::Limits::from_json(r#"{"schema":1,"revision":2,"policies":[{"name":"a","match":{"route":"/"},"quota":"1/s"}]}"#)?;
-    /// assert_eq!(tollgate::Limits::diff(&old, &new).added()[0].name(), "a");
-    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// # let old = tollgate::limits::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[]}"#)?;
+    /// # let new = tollgate::limits::Limits::from_json(r#"{"schema":1,"revision":2,"policies":[{"name":"a","match":{"route":"/"},"quota":"1/s"}]}"#)?;
+    /// assert_eq!(tollgate::limits::Limits::diff(&old, &new).added()[0].name(), "a");
+    /// # Ok::<(), tollgate::limits::ConfigErrors>(())
     /// ```
     pub fn added(&self) -> &[Policy] {
         &self.added
@@ -212,10 +212,10 @@ impl Diff {
     /// Policies only the old document has.
     ///
     /// ```
-    /// # let old = tollgate::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[{"name":"a","match":{"route":"/"},"quota":"1/s"}]}"#)?;
-    /// # let new = tollgate::Limits::from_json(r#"{"schema":1,"revision":2,"policies":[]}"#)?;
-    /// assert_eq!(tollgate::Limits::diff(&old, &new).removed()[0].name(), "a");
-    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// # let old = tollgate::limits::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[{"name":"a","match":{"route":"/"},"quota":"1/s"}]}"#)?;
+    /// # let new = tollgate::limits::Limits::from_json(r#"{"schema":1,"revision":2,"policies":[]}"#)?;
+    /// assert_eq!(tollgate::limits::Limits::diff(&old, &new).removed()[0].name(), "a");
+    /// # Ok::<(), tollgate::limits::ConfigErrors>(())
     /// ```
     pub fn removed(&self) -> &[Policy] {
         &self.removed
@@ -224,11 +224,11 @@ impl Diff {
     /// Policies both documents have, with what changed in each.
     ///
     /// ```
-    /// # let old = tollgate::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[{"name":"a","match":{"route":"/"},"quota":"1/s"}]}"#)?;
-    /// # let new = tollgate::Limits::from_json(r#"{"schema":1,"revision":2,"policies":[{"name":"a","match":{"route":"/"},"quota":"2/s"}]}"#)?;
-    /// let diff = tollgate::Limits::diff(&old, &new);
+    /// # let old = tollgate::limits::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[{"name":"a","match":{"route":"/"},"quota":"1/s"}]}"#)?;
+    /// # let new = tollgate::limits::Limits::from_json(r#"{"schema":1,"revision":2,"policies":[{"name":"a","match":{"route":"/"},"quota":"2/s"}]}"#)?;
+    /// let diff = tollgate::limits::Limits::diff(&old, &new);
     /// assert_eq!(diff.changed()[0].quota.unwrap().factor(), 2.0);
-    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// # Ok::<(), tollgate::limits::ConfigErrors>(())
     /// ```
     pub fn changed(&self) -> &[PolicyChange] {
         &self.changed
@@ -237,11 +237,11 @@ impl Diff {
     /// The traffic that another policy handles after the change.
     ///
     /// ```
-    /// # let old = tollgate::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[{"name":"a","match":{"route":"/"},"quota":"1/s"}]}"#)?;
-    /// # let new = tollgate::Limits::from_json(r#"{"schema":1,"revision":2,"policies":[{"name":"b","match":{"route":"/"},"quota":"1/s"}]}"#)?;
-    /// let diff = tollgate::Limits::diff(&old, &new);
+    /// # let old = tollgate::limits::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[{"name":"a","match":{"route":"/"},"quota":"1/s"}]}"#)?;
+    /// # let new = tollgate::limits::Limits::from_json(r#"{"schema":1,"revision":2,"policies":[{"name":"b","match":{"route":"/"},"quota":"1/s"}]}"#)?;
+    /// let diff = tollgate::limits::Limits::diff(&old, &new);
     /// assert_eq!(diff.moves()[0].requests, ["route=/"]);
-    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// # Ok::<(), tollgate::limits::ConfigErrors>(())
     /// ```
     pub fn moves(&self) -> &[TrafficMove] {
         &self.moves
@@ -255,12 +255,12 @@ impl Diff {
     /// requests had; the shadow flag is not taken into account.
     ///
     /// ```
-    /// # let old = tollgate::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[{"name":"a","match":{"route":"/"},"quota":"10/s"}]}"#)?;
-    /// # let new = tollgate::Limits::from_json(r#"{"schema":1,"revision":2,"policies":[{"name":"a","match":{"route":"/"},"quota":"10/min"}]}"#)?;
-    /// let diff = tollgate::Limits::diff(&old, &new);
+    /// # let old = tollgate::limits::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[{"name":"a","match":{"route":"/"},"quota":"10/s"}]}"#)?;
+    /// # let new = tollgate::limits::Limits::from_json(r#"{"schema":1,"revision":2,"policies":[{"name":"a","match":{"route":"/"},"quota":"10/min"}]}"#)?;
+    /// let diff = tollgate::limits::Limits::diff(&old, &new);
     /// assert_eq!(diff.tightenings_beyond(10.0)[0].factor, 60.0);
     /// assert!(diff.tightenings_beyond(60.0).is_empty());
-    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// # Ok::<(), tollgate::limits::ConfigErrors>(())
     /// ```
     pub fn tightenings_beyond(&self, guard: f64) -> Vec<Tightening> {
         self.beyond(guard).map(Candidate::tightening).collect()
@@ -292,11 +292,11 @@ impl Diff {
     /// (by policy, from and to, the quotas compared by meaning).
     ///
     /// ```
-    /// # let old = tollgate::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[{"name":"a","match":{"route":"/"},"quota":"10/s"}]}"#)?;
-    /// # let new = tollgate::Limits::from_json(r#"{"schema":1,"revision":2,"policies":[{"name":"a","match":{"route":"/"},"quota":"10/min"}],"acknowledge":[{"policy":"a","from":"10/s","to":"10/min"}]}"#)?;
-    /// let diff = tollgate::Limits::diff(&old, &new);
+    /// # let old = tollgate::limits::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[{"name":"a","match":{"route":"/"},"quota":"10/s"}]}"#)?;
+    /// # let new = tollgate::limits::Limits::from_json(r#"{"schema":1,"revision":2,"policies":[{"name":"a","match":{"route":"/"},"quota":"10/min"}],"acknowledge":[{"policy":"a","from":"10/s","to":"10/min"}]}"#)?;
+    /// let diff = tollgate::limits::Limits::diff(&old, &new);
     /// assert!(diff.unacknowledged(&new, 10.0).is_empty());
-    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// # Ok::<(), tollgate::limits::ConfigErrors>(())
     /// ```
     pub fn unacknowledged(&self, new: &Limits, guard: f64) -> Vec<Tightening> {
         // Acknowledgements pasted from `tollgate diff` list the tightenings in this order, so
@@ -337,12 +337,12 @@ impl Diff {
     /// hint is the acknowledgement to add), and [`ConfigErrorKind::StaleRevision`].
     ///
     /// ```
-    /// # let old = tollgate::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[{"name":"a","match":{"route":"/"},"quota":"10/s"}]}"#)?;
-    /// # let new = tollgate::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[{"name":"a","match":{"route":"/"},"quota":"20/s"}]}"#)?;
-    /// let diff = tollgate::Limits::diff(&old, &new);
-    /// let errs = diff.check(&new, tollgate::DEFAULT_GUARD).unwrap_err();
-    /// assert_eq!(errs[0].kind(), tollgate::ConfigErrorKind::StaleRevision);
-    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// # let old = tollgate::limits::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[{"name":"a","match":{"route":"/"},"quota":"10/s"}]}"#)?;
+    /// # let new = tollgate::limits::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[{"name":"a","match":{"route":"/"},"quota":"20/s"}]}"#)?;
+    /// let diff = tollgate::limits::Limits::diff(&old, &new);
+    /// let errs = diff.check(&new, tollgate::limits::Limits::DEFAULT_GUARD).unwrap_err();
+    /// assert_eq!(errs[0].kind(), tollgate::limits::ConfigErrorKind::StaleRevision);
+    /// # Ok::<(), tollgate::limits::ConfigErrors>(())
     /// ```
     pub fn check(&self, new: &Limits, guard: f64) -> Result<(), ConfigErrors> {
         let (old_revision, new_revision) = (self.from_revision, self.to_revision);

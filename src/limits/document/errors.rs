@@ -1,23 +1,20 @@
 //! [`ConfigErrors`]: the problems found in a document, one per line, the first
-//! [`MAX_LISTED_ERRORS`] listed and the rest counted.
+//! [`Limits::MAX_LISTED_ERRORS`](crate::limits::Limits::MAX_LISTED_ERRORS) listed and the rest counted.
 
 use core::fmt;
 
 use crate::engine::error::ConfigError;
 
-/// The most errors a [`ConfigErrors`] lists: 1,000. Beyond them it only counts
-/// ([`ConfigErrors::omitted`]): a document of 100,000 broken policies still gives a report
-/// of bounded size, and nobody reads past the first thousand anyway.
-pub const MAX_LISTED_ERRORS: usize = 1_000;
+pub(crate) const MAX_LISTED_ERRORS: usize = 1_000;
 
 /// The problems found in a limits document, in document order; never empty. The first
-/// [`MAX_LISTED_ERRORS`] are listed; the rest are only counted ([`omitted`](Self::omitted)).
+/// [`Limits::MAX_LISTED_ERRORS`](crate::limits::Limits::MAX_LISTED_ERRORS) are listed; the rest are only counted ([`omitted`](Self::omitted)).
 ///
 /// `Display` writes one error per line, then `… and N more errors` when some were omitted.
 /// Index it, iterate it, or take the `Vec`.
 ///
 /// ```
-/// use tollgate::Limits;
+/// use tollgate::limits::Limits;
 ///
 /// let errs = Limits::from_json(r#"{"schema": 2, "polices": []}"#).unwrap_err();
 /// assert_eq!(errs.len(), 4);
@@ -28,18 +25,18 @@ pub const MAX_LISTED_ERRORS: usize = 1_000;
 ///      revision: missing field; add `revision`, the document's version (an integer)\n\
 ///      policies: missing field; add `policies`, a list of policies"
 /// );
-/// # Ok::<(), tollgate::ConfigErrors>(())
+/// # Ok::<(), tollgate::limits::ConfigErrors>(())
 /// ```
 #[cfg_attr(docsrs, doc(cfg(feature = "config")))]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConfigErrors {
     errors: Vec<ConfigError>,
-    /// Errors found beyond the first [`MAX_LISTED_ERRORS`].
+    /// Errors found beyond the first [`Limits::MAX_LISTED_ERRORS`](crate::limits::Limits::MAX_LISTED_ERRORS).
     omitted: usize,
 }
 
 impl ConfigErrors {
-    /// `None` when there is nothing to report; the errors past [`MAX_LISTED_ERRORS`] are
+    /// `None` when there is nothing to report; the errors past [`Limits::MAX_LISTED_ERRORS`](crate::limits::Limits::MAX_LISTED_ERRORS) are
     /// counted, not kept.
     pub(crate) fn from_vec(mut errors: Vec<ConfigError>) -> Option<Self> {
         let omitted = errors.len().saturating_sub(MAX_LISTED_ERRORS);
@@ -64,11 +61,11 @@ impl ConfigErrors {
     /// The listed errors, in document order.
     ///
     /// ```
-    /// use tollgate::{ConfigErrorKind, Limits};
+    /// use tollgate::limits::{ConfigErrorKind, Limits};
     ///
     /// let errs = Limits::from_json(r#"{"schema": 1, "revision": 1}"#).unwrap_err();
     /// assert_eq!(errs.as_slice()[0].kind(), ConfigErrorKind::MissingField);
-    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// # Ok::<(), tollgate::limits::ConfigErrors>(())
     /// ```
     pub fn as_slice(&self) -> &[ConfigError] {
         &self.errors
@@ -77,35 +74,35 @@ impl ConfigErrors {
     /// An iterator over the listed errors.
     ///
     /// ```
-    /// use tollgate::Limits;
+    /// use tollgate::limits::Limits;
     ///
     /// let errs = Limits::from_json("{}").unwrap_err();
     /// assert!(errs.iter().any(|e| e.path() == "schema"));
-    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// # Ok::<(), tollgate::limits::ConfigErrors>(())
     /// ```
     pub fn iter(&self) -> core::slice::Iter<'_, ConfigError> {
         self.errors.iter()
     }
 
-    /// How many errors are listed: at least one, at most [`MAX_LISTED_ERRORS`] (see
+    /// How many errors are listed: at least one, at most [`Limits::MAX_LISTED_ERRORS`](crate::limits::Limits::MAX_LISTED_ERRORS) (see
     /// [`omitted`](Self::omitted) for the rest).
     ///
     /// ```
-    /// use tollgate::Limits;
+    /// use tollgate::limits::Limits;
     ///
     /// assert_eq!(Limits::from_json("{}").unwrap_err().len(), 3);
-    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// # Ok::<(), tollgate::limits::ConfigErrors>(())
     /// ```
     #[allow(clippy::len_without_is_empty)] // never empty
     pub fn len(&self) -> usize {
         self.errors.len()
     }
 
-    /// How many errors were found beyond the [`MAX_LISTED_ERRORS`] listed: counted, not
+    /// How many errors were found beyond the [`Limits::MAX_LISTED_ERRORS`](crate::limits::Limits::MAX_LISTED_ERRORS) listed: counted, not
     /// kept. `len() + omitted()` is every error found.
     ///
     /// ```
-    /// use tollgate::{Limits, MAX_LISTED_ERRORS};
+    /// use tollgate::limits::Limits;
     ///
     /// // 1,500 policies, each with a quota missing its unit
     /// let policies: Vec<String> = (0..1_500)
@@ -113,9 +110,9 @@ impl ConfigErrors {
     ///     .collect();
     /// let doc = format!(r#"{{"schema": 1, "revision": 1, "policies": [{}]}}"#, policies.join(","));
     /// let errs = Limits::from_json(&doc).unwrap_err();
-    /// assert_eq!((errs.len(), errs.omitted()), (MAX_LISTED_ERRORS, 500));
+    /// assert_eq!((errs.len(), errs.omitted()), (Limits::MAX_LISTED_ERRORS, 500));
     /// assert!(errs.to_string().ends_with("\n… and 500 more errors"));
-    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// # Ok::<(), tollgate::limits::ConfigErrors>(())
     /// ```
     pub fn omitted(&self) -> usize {
         self.omitted
@@ -124,11 +121,11 @@ impl ConfigErrors {
     /// The listed errors, by value.
     ///
     /// ```
-    /// use tollgate::Limits;
+    /// use tollgate::limits::Limits;
     ///
     /// let errs: Vec<_> = Limits::from_json("{}").unwrap_err().into_vec();
     /// assert_eq!(errs.len(), 3);
-    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// # Ok::<(), tollgate::limits::ConfigErrors>(())
     /// ```
     pub fn into_vec(self) -> Vec<ConfigError> {
         self.errors
@@ -179,7 +176,7 @@ impl fmt::Display for ConfigErrors {
 
 impl std::error::Error for ConfigErrors {}
 
-/// Errors as a validator finds them: the first [`MAX_LISTED_ERRORS`] kept, the rest only
+/// Errors as a validator finds them: the first [`Limits::MAX_LISTED_ERRORS`](crate::limits::Limits::MAX_LISTED_ERRORS) kept, the rest only
 /// counted, so that a document with an error in each of its 100,000 policies costs no more
 /// memory for its report than one with a thousand.
 #[derive(Debug, Default)]

@@ -6,7 +6,7 @@ use std::path::Path;
 /// A document format.
 ///
 /// ```
-/// use tollgate::Format;
+/// use tollgate::limits::Format;
 ///
 /// assert_eq!(Format::from_path("limits.yml"), Some(Format::Yaml));
 /// assert_eq!(Format::from_path("limits.ini"), None);
@@ -27,7 +27,7 @@ impl Format {
     /// The format a file name's extension says: `.toml`, `.yaml` or `.yml`, `.json`.
     ///
     /// ```
-    /// assert_eq!(tollgate::Format::from_path("/etc/limits.json"), Some(tollgate::Format::Json));
+    /// assert_eq!(tollgate::limits::Format::from_path("/etc/limits.json"), Some(tollgate::limits::Format::Json));
     /// ```
     pub fn from_path(path: impl AsRef<Path>) -> Option<Format> {
         match path.as_ref().extension()?.to_str()? {

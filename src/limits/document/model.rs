@@ -15,7 +15,7 @@ use crate::shaping::retry::RetryBudget;
 /// priority classes and the retry budget of its limiter.
 ///
 /// ```
-/// use tollgate::Limits;
+/// use tollgate::limits::Limits;
 ///
 /// let limits = Limits::from_toml(r#"
 /// schema = 1
@@ -61,9 +61,9 @@ impl Policy {
     /// The policy's name, unique in its document.
     ///
     /// ```
-    /// # let limits = tollgate::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[{"name":"all","match":{"route":"/*"},"quota":"10/s"}]}"#)?;
+    /// # let limits = tollgate::limits::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[{"name":"all","match":{"route":"/*"},"quota":"10/s"}]}"#)?;
     /// assert_eq!(limits.policies()[0].name(), "all");
-    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// # Ok::<(), tollgate::limits::ConfigErrors>(())
     /// ```
     pub fn name(&self) -> &str {
         &self.name
@@ -72,9 +72,9 @@ impl Policy {
     /// Which requests the policy matches.
     ///
     /// ```
-    /// # let limits = tollgate::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[{"name":"all","match":{"route":"/*"},"quota":"10/s"}]}"#)?;
+    /// # let limits = tollgate::limits::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[{"name":"all","match":{"route":"/*"},"quota":"10/s"}]}"#)?;
     /// assert_eq!(limits.policies()[0].matcher().route(), Some("/*"));
-    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// # Ok::<(), tollgate::limits::ConfigErrors>(())
     /// ```
     pub fn matcher(&self) -> &Matcher {
         &self.matcher
@@ -83,9 +83,9 @@ impl Policy {
     /// The quota, with the document's `burst` field applied.
     ///
     /// ```
-    /// # let limits = tollgate::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[{"name":"all","match":{"route":"/*"},"quota":"10/s","burst":5}]}"#)?;
+    /// # let limits = tollgate::limits::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[{"name":"all","match":{"route":"/*"},"quota":"10/s","burst":5}]}"#)?;
     /// assert_eq!(limits.policies()[0].quota().burst(), 5);
-    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// # Ok::<(), tollgate::limits::ConfigErrors>(())
     /// ```
     pub fn quota(&self) -> Quota {
         self.quota
@@ -94,9 +94,9 @@ impl Policy {
     /// Whether the policy is in shadow mode: evaluated and counted, never denying.
     ///
     /// ```
-    /// # let limits = tollgate::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[{"name":"all","match":{"route":"/*"},"quota":"10/s","shadow":true}]}"#)?;
+    /// # let limits = tollgate::limits::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[{"name":"all","match":{"route":"/*"},"quota":"10/s","shadow":true}]}"#)?;
     /// assert!(limits.policies()[0].shadow());
-    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// # Ok::<(), tollgate::limits::ConfigErrors>(())
     /// ```
     pub fn shadow(&self) -> bool {
         self.shadow
@@ -104,14 +104,14 @@ impl Policy {
 
     /// Whether the policy applies *in addition* to the most specific policy (`also = true`),
     /// never instead of it: every matching `also` policy is checked as well, by
-    /// [`LimitsHandle::check_all`](crate::LimitsHandle::check_all) — a per-route limit plus
+    /// [`LimitsHandle::check_all`](crate::limits::LimitsHandle::check_all) — a per-route limit plus
     /// a per-customer limit across all routes, or a per-second limit plus a per-day one.
     /// [`Limits::resolve`](super::Limits::resolve) never returns such a policy;
     /// [`Limits::resolve_all`](super::Limits::resolve_all) lists it after the most specific
     /// one.
     ///
     /// ```
-    /// # let limits = tollgate::Limits::from_toml(r#"
+    /// # let limits = tollgate::limits::Limits::from_toml(r#"
     /// # schema = 1
     /// # revision = 1
     /// # [[policies]]
@@ -121,7 +121,7 @@ impl Policy {
     /// also = true
     /// # "#)?;
     /// assert!(limits.policy("per-customer").unwrap().also());
-    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// # Ok::<(), tollgate::limits::ConfigErrors>(())
     /// ```
     pub fn also(&self) -> bool {
         self.also
@@ -131,7 +131,7 @@ impl Policy {
     /// any; a check picks its class with [`Check::class`](crate::Check::class).
     ///
     /// ```
-    /// # let limits = tollgate::Limits::from_toml(r#"
+    /// # let limits = tollgate::limits::Limits::from_toml(r#"
     /// # schema = 1
     /// # revision = 1
     /// # [[policies]]
@@ -143,7 +143,7 @@ impl Policy {
     /// # "#)?;
     /// let classes = limits.policy("link").unwrap().classes().unwrap();
     /// assert_eq!(classes.reserve(2), 0.5);
-    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// # Ok::<(), tollgate::limits::ConfigErrors>(())
     /// ```
     pub fn classes(&self) -> Option<&Priorities> {
         self.classes.as_ref()
@@ -153,7 +153,7 @@ impl Policy {
     ///
     /// ```
     /// # use std::time::Duration;
-    /// # let limits = tollgate::Limits::from_toml(r#"
+    /// # let limits = tollgate::limits::Limits::from_toml(r#"
     /// # schema = 1
     /// # revision = 1
     /// # [[policies]]
@@ -164,7 +164,7 @@ impl Policy {
     /// # "#)?;
     /// let budget = limits.policy("writes").unwrap().retry_budget().unwrap();
     /// assert_eq!((budget.ratio(), budget.period(), budget.floor()), (0.1, Duration::from_secs(10), 10));
-    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// # Ok::<(), tollgate::limits::ConfigErrors>(())
     /// ```
     pub fn retry_budget(&self) -> Option<RetryBudget> {
         self.retry_budget
@@ -238,12 +238,12 @@ pub(super) fn describe_retry_budget(budget: Option<RetryBudget>) -> String {
 /// matching policies wins.
 ///
 /// ```
-/// # let limits = tollgate::Limits::from_json(r#"{"schema":1,"revision":1,"tiers":["paid"],"policies":[{"name":"p","match":{"tier":"paid","route":"/v1/*"},"quota":"10/s"}]}"#)?;
+/// # let limits = tollgate::limits::Limits::from_json(r#"{"schema":1,"revision":1,"tiers":["paid"],"policies":[{"name":"p","match":{"tier":"paid","route":"/v1/*"},"quota":"10/s"}]}"#)?;
 /// let m = limits.policies()[0].matcher();
 /// assert!(m.matches("paid", "search", "/v1/search"));
 /// assert!(!m.matches("free", "search", "/v1/search"));
 /// assert_eq!(m.to_string(), "tier=paid route=/v1/*");
-/// # Ok::<(), tollgate::ConfigErrors>(())
+/// # Ok::<(), tollgate::limits::ConfigErrors>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize)]
 #[non_exhaustive]
@@ -263,9 +263,9 @@ impl Matcher {
     /// The tier the matcher names, if any.
     ///
     /// ```
-    /// # let limits = tollgate::Limits::from_json(r#"{"schema":1,"revision":1,"tiers":["paid"],"policies":[{"name":"p","match":{"tier":"paid"},"quota":"10/s"}]}"#)?;
+    /// # let limits = tollgate::limits::Limits::from_json(r#"{"schema":1,"revision":1,"tiers":["paid"],"policies":[{"name":"p","match":{"tier":"paid"},"quota":"10/s"}]}"#)?;
     /// assert_eq!(limits.policies()[0].matcher().tier(), Some("paid"));
-    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// # Ok::<(), tollgate::limits::ConfigErrors>(())
     /// ```
     pub fn tier(&self) -> Option<&str> {
         self.tier.as_deref()
@@ -274,9 +274,9 @@ impl Matcher {
     /// The category the matcher names, if any.
     ///
     /// ```
-    /// # let limits = tollgate::Limits::from_json(r#"{"schema":1,"revision":1,"categories":["search"],"policies":[{"name":"p","match":{"category":"search"},"quota":"10/s"}]}"#)?;
+    /// # let limits = tollgate::limits::Limits::from_json(r#"{"schema":1,"revision":1,"categories":["search"],"policies":[{"name":"p","match":{"category":"search"},"quota":"10/s"}]}"#)?;
     /// assert_eq!(limits.policies()[0].matcher().category(), Some("search"));
-    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// # Ok::<(), tollgate::limits::ConfigErrors>(())
     /// ```
     pub fn category(&self) -> Option<&str> {
         self.category.as_deref()
@@ -285,9 +285,9 @@ impl Matcher {
     /// The route pattern the matcher names, if any: exact, or a prefix ending in `*`.
     ///
     /// ```
-    /// # let limits = tollgate::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[{"name":"p","match":{"route":"/v1/*"},"quota":"10/s"}]}"#)?;
+    /// # let limits = tollgate::limits::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[{"name":"p","match":{"route":"/v1/*"},"quota":"10/s"}]}"#)?;
     /// assert_eq!(limits.policies()[0].matcher().route(), Some("/v1/*"));
-    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// # Ok::<(), tollgate::limits::ConfigErrors>(())
     /// ```
     pub fn route(&self) -> Option<&str> {
         self.route.as_deref()
@@ -296,11 +296,11 @@ impl Matcher {
     /// Whether a request of this tier, category and route matches.
     ///
     /// ```
-    /// # let limits = tollgate::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[{"name":"p","match":{"route":"/v1/*"},"quota":"10/s"}]}"#)?;
+    /// # let limits = tollgate::limits::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[{"name":"p","match":{"route":"/v1/*"},"quota":"10/s"}]}"#)?;
     /// let m = limits.policies()[0].matcher();
     /// assert!(m.matches("free", "search", "/v1/search"));
     /// assert!(!m.matches("free", "search", "/v2/search"));
-    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// # Ok::<(), tollgate::limits::ConfigErrors>(())
     /// ```
     pub fn matches(&self, tier: &str, category: &str, route: &str) -> bool {
         self.tier.as_ref().is_none_or(|t| t == tier)
@@ -369,7 +369,7 @@ impl fmt::Display for Matcher {
 /// it had and now has (compared by meaning, so `"6000/min"` acknowledges `"100/s;burst=6000"`).
 ///
 /// ```
-/// use tollgate::Limits;
+/// use tollgate::limits::Limits;
 ///
 /// let limits = Limits::from_toml(r#"
 /// schema = 1
@@ -402,9 +402,9 @@ impl Acknowledgement {
     /// to).
     ///
     /// ```
-    /// # let limits = tollgate::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[{"name":"p","match":{"route":"/"},"quota":"1/s"}],"acknowledge":[{"policy":"p","from":"10/s","to":"1/s"}]}"#)?;
+    /// # let limits = tollgate::limits::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[{"name":"p","match":{"route":"/"},"quota":"1/s"}],"acknowledge":[{"policy":"p","from":"10/s","to":"1/s"}]}"#)?;
     /// assert_eq!(limits.acknowledgements()[0].policy(), "p");
-    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// # Ok::<(), tollgate::limits::ConfigErrors>(())
     /// ```
     pub fn policy(&self) -> &str {
         &self.policy
@@ -413,9 +413,9 @@ impl Acknowledgement {
     /// The quota before the change.
     ///
     /// ```
-    /// # let limits = tollgate::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[{"name":"p","match":{"route":"/"},"quota":"1/s"}],"acknowledge":[{"policy":"p","from":"10/s","to":"1/s"}]}"#)?;
+    /// # let limits = tollgate::limits::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[{"name":"p","match":{"route":"/"},"quota":"1/s"}],"acknowledge":[{"policy":"p","from":"10/s","to":"1/s"}]}"#)?;
     /// assert_eq!(limits.acknowledgements()[0].from().count(), 10);
-    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// # Ok::<(), tollgate::limits::ConfigErrors>(())
     /// ```
     pub fn from(&self) -> Quota {
         self.from
@@ -424,9 +424,9 @@ impl Acknowledgement {
     /// The quota after the change.
     ///
     /// ```
-    /// # let limits = tollgate::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[{"name":"p","match":{"route":"/"},"quota":"1/s"}],"acknowledge":[{"policy":"p","from":"10/s","to":"1/s"}]}"#)?;
+    /// # let limits = tollgate::limits::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[{"name":"p","match":{"route":"/"},"quota":"1/s"}],"acknowledge":[{"policy":"p","from":"10/s","to":"1/s"}]}"#)?;
     /// assert_eq!(limits.acknowledgements()[0].to().count(), 1);
-    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// # Ok::<(), tollgate::limits::ConfigErrors>(())
     /// ```
     pub fn to(&self) -> Quota {
         self.to

@@ -4,13 +4,13 @@
 //! here, with its line and column, and so is a text beyond the limits that keep every input
 //! linear in time and memory:
 //!
-//! * a text longer than [`MAX_DOCUMENT_BYTES`] is refused before any parser sees it;
-//! * nesting deeper than [`MAX_DEPTH`] is refused by the parsers as they meet it (each stops
+//! * a text longer than [`MAX_DOCUMENT_BYTES`](crate::limits::Limits::MAX_DOCUMENT_BYTES) is refused before any parser sees it;
+//! * nesting deeper than [`MAX_DEPTH`](crate::limits::Limits::MAX_DEPTH) is refused by the parsers as they meet it (each stops
 //!   there; TOML's, JSON's and YAML's own parsers refuse even deeper flow nesting first, with
 //!   the same error);
 //! * YAML aliases are copied into the tree under a budget (see `from_yaml.rs`), so an alias
 //!   bomb is refused instead of expanded;
-//! * a `policies` list longer than [`MAX_POLICIES`] is refused where the parser meets the
+//! * a `policies` list longer than [`MAX_POLICIES`](crate::limits::Limits::MAX_POLICIES) is refused where the parser meets the
 //!   policy past the cap (TOML's is counted by a scan of its tokens before the `toml` crate
 //!   builds its tree, JSON's by the scan that measures nesting, YAML's as its events come).
 
@@ -23,24 +23,14 @@ mod from_json;
 mod from_toml;
 mod from_yaml;
 
-/// The longest document accepted, in bytes: 16 MiB. Longer text is refused before it is
-/// parsed ([`ConfigErrorKind::TooLarge`]).
-pub const MAX_DOCUMENT_BYTES: usize = 16 << 20;
+pub(crate) const MAX_DOCUMENT_BYTES: usize = 16 << 20;
 
-/// The deepest nesting of lists and tables accepted: 64 levels, the document itself being
-/// the first. A limits document needs 5 (document, `policies`, a policy, `classes`, a
-/// class); deeper nesting is refused as the parser meets it ([`ConfigErrorKind::TooDeep`]).
-pub const MAX_DEPTH: usize = 64;
+pub(crate) const MAX_DEPTH: usize = 64;
 
 /// The levels a valid limits document uses at most, for the hint of a nesting error.
 const DEPTH_USED: usize = 5;
 
-/// The most policies a document may have: 100,000. Each costs a limiter once it is
-/// served, and validation, diffs and reloads are linear in them. The parsers count the
-/// items of `policies` as they read them and stop at the one past the cap
-/// ([`ConfigErrorKind::TooManyPolicies`]), so a longer list is never built whole; the
-/// validator counts again (a YAML alias may name a list built under another key).
-pub const MAX_POLICIES: usize = 100_000;
+pub(crate) const MAX_POLICIES: usize = 100_000;
 
 /// Where a value starts in the text: 1-based line and column (in characters); 0 when unknown.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -131,7 +121,7 @@ pub(super) fn parse(text: &str, format: Format) -> Result<Node<'_>, ConfigError>
     }
 }
 
-/// The error for a document of `bytes` bytes, more than [`MAX_DOCUMENT_BYTES`].
+/// The error for a document of `bytes` bytes, more than [`MAX_DOCUMENT_BYTES`](crate::limits::Limits::MAX_DOCUMENT_BYTES).
 pub(super) fn too_large(bytes: u64) -> ConfigError {
     let what = format!(
         "document of {bytes} bytes is larger than the limit of {} MiB",
@@ -141,7 +131,7 @@ pub(super) fn too_large(bytes: u64) -> ConfigError {
 }
 
 /// A JSON text as a tree, whatever its length: for writing documents, which are valid and
-/// shallow but may come out longer than [`MAX_DOCUMENT_BYTES`] in another format.
+/// shallow but may come out longer than [`MAX_DOCUMENT_BYTES`](crate::limits::Limits::MAX_DOCUMENT_BYTES) in another format.
 pub(super) fn json_tree(text: &str) -> Result<Node<'_>, ConfigError> {
     from_json::parse(text)
 }
@@ -152,7 +142,7 @@ pub(super) fn reads_as_string(s: &str) -> bool {
     matches!(from_yaml::plain(Cow::Borrowed(s)), Value::Str(_))
 }
 
-/// The error for nesting deeper than [`MAX_DEPTH`], at `at` when known.
+/// The error for nesting deeper than [`MAX_DEPTH`](crate::limits::Limits::MAX_DEPTH), at `at` when known.
 fn too_deep(at: Pos) -> ConfigError {
     let what = format!("nesting deeper than {MAX_DEPTH} levels");
     let hint = format!("a limits document needs {DEPTH_USED}");
@@ -162,12 +152,12 @@ fn too_deep(at: Pos) -> ConfigError {
     )
 }
 
-/// The error for a list of policies longer than [`MAX_POLICIES`], at the first policy past
+/// The error for a list of policies longer than [`MAX_POLICIES`](crate::limits::Limits::MAX_POLICIES), at the first policy past
 /// the cap when known.
 pub(super) fn too_many_policies(at: Pos) -> ConfigError {
     let what = format!("more than {MAX_POLICIES} policies");
     let hint = format!(
-        "a document may have at most {MAX_POLICIES} (tollgate::MAX_POLICIES): split it, or \
+        "a document may have at most {MAX_POLICIES} (tollgate::limits::Limits::MAX_POLICIES): split it, or \
          merge policies that share a quota"
     );
     let kind = ConfigErrorKind::TooManyPolicies;

@@ -24,7 +24,7 @@ impl Limits {
     /// category).
     ///
     /// ```
-    /// use tollgate::Limits;
+    /// use tollgate::limits::Limits;
     ///
     /// let limits = Limits::from_toml(r#"
     /// schema = 1
@@ -53,7 +53,7 @@ impl Limits {
     /// assert_eq!(name("paid", "checkout", "/v1/pay"), Some("v1")); // route beats category
     /// assert_eq!(name("paid", "checkout", "/v2/pay"), Some("checkout")); // category beats tier
     /// assert_eq!(name("free", "search", "/v2/x"), None);
-    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// # Ok::<(), tollgate::limits::ConfigErrors>(())
     /// ```
     pub fn resolve(&self, tier: &str, category: &str, route: &str) -> Option<&Policy> {
         let i = self.resolve_position(tier, category, route)?;
@@ -64,11 +64,11 @@ impl Limits {
     /// [`resolve`](Limits::resolve) finds it, if any), then every matching policy marked
     /// `also = true` ([`Policy::also`]), most specific first (by the same order as
     /// `resolve`), policies with the same matcher in document order. Empty when nothing
-    /// matches. [`LimitsHandle::check_all`](crate::LimitsHandle::check_all) checks them in
+    /// matches. [`LimitsHandle::check_all`](crate::limits::LimitsHandle::check_all) checks them in
     /// this order, all or nothing.
     ///
     /// ```
-    /// use tollgate::Limits;
+    /// use tollgate::limits::Limits;
     ///
     /// let limits = Limits::from_toml(r#"
     /// schema = 1
@@ -92,7 +92,7 @@ impl Limits {
     /// assert_eq!(names("/v1/search"), ["search", "per-customer", "per-customer-daily"]);
     /// assert_eq!(names("/v1/cards"), ["per-customer", "per-customer-daily"]);
     /// assert!(limits.resolve("free", "api", "/v1/cards").is_none()); // `also` never resolves alone
-    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// # Ok::<(), tollgate::limits::ConfigErrors>(())
     /// ```
     pub fn resolve_all(&self, tier: &str, category: &str, route: &str) -> Vec<&Policy> {
         self.resolve_all_positions(tier, category, route)

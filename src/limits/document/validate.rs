@@ -19,7 +19,7 @@ use crate::engine::error::{ConfigError, ConfigErrorKind as Kind, Quoted};
 use crate::engine::quota::Quota;
 use crate::shaping::priority::Priorities;
 use crate::shaping::retry::RetryBudget;
-pub use policy::MAX_ALSO_POLICIES;
+pub(crate) use policy::MAX_ALSO_POLICIES;
 
 /// Validates a whole document.
 pub(super) fn validate(root: &Node<'_>) -> Result<Limits, ConfigErrors> {

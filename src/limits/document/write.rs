@@ -6,11 +6,11 @@ impl Limits {
     /// Writes the document as TOML (see [`to_format`](Limits::to_format)).
     ///
     /// ```
-    /// # let limits = tollgate::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[{"name":"a","match":{"route":"/"},"quota":"10/s","burst":20}]}"#)?;
+    /// # let limits = tollgate::limits::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[{"name":"a","match":{"route":"/"},"quota":"10/s","burst":20}]}"#)?;
     /// let text = limits.to_toml();
     /// assert!(text.contains(r#"quota = "10/s;burst=20""#));
-    /// assert_eq!(tollgate::Limits::from_toml(&text)?, limits);
-    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// assert_eq!(tollgate::limits::Limits::from_toml(&text)?, limits);
+    /// # Ok::<(), tollgate::limits::ConfigErrors>(())
     /// ```
     pub fn to_toml(&self) -> String {
         self.to_format(Format::Toml)
@@ -19,9 +19,9 @@ impl Limits {
     /// Writes the document as YAML (see [`to_format`](Limits::to_format)).
     ///
     /// ```
-    /// # let limits = tollgate::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[]}"#)?;
-    /// assert_eq!(tollgate::Limits::from_yaml(&limits.to_yaml())?, limits);
-    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// # let limits = tollgate::limits::Limits::from_json(r#"{"schema":1,"revision":1,"policies":[]}"#)?;
+    /// assert_eq!(tollgate::limits::Limits::from_yaml(&limits.to_yaml())?, limits);
+    /// # Ok::<(), tollgate::limits::ConfigErrors>(())
     /// ```
     pub fn to_yaml(&self) -> String {
         self.to_format(Format::Yaml)
@@ -30,9 +30,9 @@ impl Limits {
     /// Writes the document as pretty JSON (see [`to_format`](Limits::to_format)).
     ///
     /// ```
-    /// # let limits = tollgate::Limits::from_toml("schema = 1\nrevision = 1\npolicies = []\n")?;
-    /// assert_eq!(tollgate::Limits::from_json(&limits.to_json())?, limits);
-    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// # let limits = tollgate::limits::Limits::from_toml("schema = 1\nrevision = 1\npolicies = []\n")?;
+    /// assert_eq!(tollgate::limits::Limits::from_json(&limits.to_json())?, limits);
+    /// # Ok::<(), tollgate::limits::ConfigErrors>(())
     /// ```
     pub fn to_json(&self) -> String {
         self.to_format(Format::Json)
@@ -50,11 +50,11 @@ impl Limits {
     /// reason).
     ///
     /// ```
-    /// use tollgate::{Format, Limits};
+    /// use tollgate::limits::{Format, Limits};
     ///
     /// # let limits = Limits::from_toml("schema = 1\nrevision = 1\npolicies = []\n")?;
     /// assert_eq!(Limits::parse(&limits.to_format(Format::Yaml), Format::Yaml)?, limits);
-    /// # Ok::<(), tollgate::ConfigErrors>(())
+    /// # Ok::<(), tollgate::limits::ConfigErrors>(())
     /// ```
     pub fn to_format(&self, format: Format) -> String {
         let doc = model::Document {

@@ -13,7 +13,9 @@ use crate::safety::fault::FaultDetector;
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::{FaultDetector, Limits, LimitsHandle, ManualClock};
+/// use tollgate::ManualClock;
+/// use tollgate::limits::{Limits, LimitsHandle};
+/// use tollgate::safety::FaultDetector;
 ///
 /// let clock = ManualClock::new();
 /// let detector = FaultDetector::builder().clock(clock.clone()).build();
@@ -57,15 +59,15 @@ impl LimitsHandleBuilder {
     }
 
     /// The bound on tracked keys of each policy's limiter (default
-    /// [`DEFAULT_MAX_KEYS`](crate::DEFAULT_MAX_KEYS)); see
-    /// [`KeyedRateLimiterBuilder::max_keys`](crate::KeyedRateLimiterBuilder::max_keys).
+    /// [`DEFAULT_MAX_KEYS`](crate::limiter::DEFAULT_MAX_KEYS)); see
+    /// [`KeyedRateLimiterBuilder::max_keys`](crate::limiter::KeyedRateLimiterBuilder::max_keys).
     pub fn max_keys(mut self, max_keys: usize) -> Self {
         self.max_keys = Some(max_keys);
         self
     }
 
     /// The tightening factor beyond which a reload needs an acknowledgement (default
-    /// [`DEFAULT_GUARD`]: 10×). A value that is not finite or below 1 keeps the default.
+    /// [`DEFAULT_GUARD`](crate::limits::Limits::DEFAULT_GUARD): 10×). A value that is not finite or below 1 keeps the default.
     pub fn guard(mut self, guard: f64) -> Self {
         self.guard = if guard.is_finite() && guard >= 1.0 {
             guard
@@ -83,7 +85,7 @@ impl LimitsHandleBuilder {
     }
 
     /// How long a new revision must serve calmly before it becomes known-good (default
-    /// [`DEFAULT_KNOWN_GOOD_AFTER`]: 1 h).
+    /// [`DEFAULT_KNOWN_GOOD_AFTER`](crate::limits::LimitsHandle::DEFAULT_KNOWN_GOOD_AFTER): 1 h).
     pub fn known_good_after(mut self, after: Duration) -> Self {
         self.known_good_after = after;
         self

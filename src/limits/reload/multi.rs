@@ -12,7 +12,7 @@ use crate::limiter::keyed::KeyedRateLimiter;
 use super::policies::{shadowed, Policies};
 use super::Decision;
 
-/// What [`LimitsHandle::check_all`](crate::LimitsHandle::check_all) decided: the overall
+/// What [`LimitsHandle::check_all`](crate::limits::LimitsHandle::check_all) decided: the overall
 /// verdict, the policy that decided it, and each policy's own verdict.
 ///
 /// The overall verdict, and the deciding policy with it, is (first rule that applies):
@@ -29,7 +29,8 @@ use super::Decision;
 /// No applicable policy: an allow with `remaining() == u64::MAX`, no policy, no verdicts.
 ///
 /// ```
-/// use tollgate::{Check, Limits, LimitsHandle};
+/// use tollgate::Check;
+/// use tollgate::limits::{Limits, LimitsHandle};
 ///
 /// let handle = LimitsHandle::new(Limits::from_toml(r#"
 /// schema = 1
@@ -65,7 +66,8 @@ pub struct MultiDecision {
 /// One policy's verdict within a [`MultiDecision`].
 ///
 /// ```
-/// # use tollgate::{Check, Limits, LimitsHandle};
+/// # use tollgate::Check;
+/// # use tollgate::limits::{Limits, LimitsHandle};
 /// # let handle = LimitsHandle::new(Limits::from_path("examples/limits/valid.toml")?);
 /// let d = handle.check_all("paid", "checkout", "/v1/checkout/cart", "customer-42", Check::cost(1))?;
 /// let v = &d.verdicts()[0];
@@ -83,7 +85,8 @@ pub struct PolicyVerdict {
 impl PolicyVerdict {
     /// The policy's name.
     /// ```
-    /// # use tollgate::{Check, Limits, LimitsHandle};
+    /// # use tollgate::Check;
+    /// # use tollgate::limits::{Limits, LimitsHandle};
     /// # let handle = LimitsHandle::new(Limits::from_toml("schema = 1\nrevision = 3\n[[policies]]\nname = \"route\"\nmatch = { route = \"/v1/*\" }\nquota = \"10/s\"\n[[policies]]\nname = \"customer\"\nmatch = { route = \"/*\" }\nquota = \"1/min;burst=1\"\nalso = true\n")?);
     /// # let d = handle.check_all("free", "api", "/v1/x", "alice", Check::cost(1))?;
     /// assert_eq!(d.verdicts()[0].policy(), "route");
@@ -96,7 +99,8 @@ impl PolicyVerdict {
     /// The policy's quota in the document that judged the check (for a `RateLimit-Policy`
     /// header).
     /// ```
-    /// # use tollgate::{Check, Limits, LimitsHandle};
+    /// # use tollgate::Check;
+    /// # use tollgate::limits::{Limits, LimitsHandle};
     /// # let handle = LimitsHandle::new(Limits::from_toml("schema = 1\nrevision = 3\n[[policies]]\nname = \"route\"\nmatch = { route = \"/v1/*\" }\nquota = \"10/s\"\n[[policies]]\nname = \"customer\"\nmatch = { route = \"/*\" }\nquota = \"1/min;burst=1\"\nalso = true\n")?);
     /// # let d = handle.check_all("free", "api", "/v1/x", "alice", Check::cost(1))?;
     /// assert_eq!(d.verdicts()[1].quota(), "1/min;burst=1".parse()?);
@@ -106,11 +110,12 @@ impl PolicyVerdict {
         self.quota
     }
 
-    /// The policy's own verdict, as [`LimitsHandle::check`](crate::LimitsHandle::check)
+    /// The policy's own verdict, as [`LimitsHandle::check`](crate::limits::LimitsHandle::check)
     /// would have returned it (a shadow policy's is a pass-through). After a denial by
     /// another policy, an allow here was refunded: the request consumed nothing.
     /// ```
-    /// # use tollgate::{Check, Limits, LimitsHandle};
+    /// # use tollgate::Check;
+    /// # use tollgate::limits::{Limits, LimitsHandle};
     /// # let handle = LimitsHandle::new(Limits::from_toml("schema = 1\nrevision = 3\n[[policies]]\nname = \"route\"\nmatch = { route = \"/v1/*\" }\nquota = \"10/s\"\n[[policies]]\nname = \"customer\"\nmatch = { route = \"/*\" }\nquota = \"1/min;burst=1\"\nalso = true\n")?);
     /// # let d = handle.check_all("free", "api", "/v1/x", "alice", Check::cost(1))?;
     /// assert!(d.verdicts()[1].verdict().is_permitted());
@@ -125,7 +130,8 @@ impl MultiDecision {
     /// The overall verdict (see the type's documentation for how it is chosen). When no
     /// policy applies it is an [`Allow`](Verdict::Allow) with `remaining() == u64::MAX`.
     /// ```
-    /// # use tollgate::{Check, Limits, LimitsHandle};
+    /// # use tollgate::Check;
+    /// # use tollgate::limits::{Limits, LimitsHandle};
     /// # let handle = LimitsHandle::new(Limits::from_toml("schema = 1\nrevision = 3\n[[policies]]\nname = \"route\"\nmatch = { route = \"/v1/*\" }\nquota = \"10/s\"\n[[policies]]\nname = \"customer\"\nmatch = { route = \"/*\" }\nquota = \"1/min;burst=1\"\nalso = true\n")?);
     /// # let d = handle.check_all("free", "api", "/v1/x", "alice", Check::cost(1))?;
     /// assert_eq!(d.verdict().allowed().map(|a| a.remaining()), Some(0)); // customer decides
@@ -137,7 +143,8 @@ impl MultiDecision {
 
     /// `true` if the request may proceed ([`Verdict::is_permitted`]).
     /// ```
-    /// # use tollgate::{Check, Limits, LimitsHandle};
+    /// # use tollgate::Check;
+    /// # use tollgate::limits::{Limits, LimitsHandle};
     /// # let handle = LimitsHandle::new(Limits::from_toml("schema = 1\nrevision = 3\n[[policies]]\nname = \"route\"\nmatch = { route = \"/v1/*\" }\nquota = \"10/s\"\n[[policies]]\nname = \"customer\"\nmatch = { route = \"/*\" }\nquota = \"1/min;burst=1\"\nalso = true\n")?);
     /// # let d = handle.check_all("free", "api", "/v1/x", "alice", Check::cost(1))?;
     /// assert!(d.is_permitted());
@@ -150,7 +157,8 @@ impl MultiDecision {
 
     /// The revision of the document that judged the check.
     /// ```
-    /// # use tollgate::{Check, Limits, LimitsHandle};
+    /// # use tollgate::Check;
+    /// # use tollgate::limits::{Limits, LimitsHandle};
     /// # let handle = LimitsHandle::new(Limits::from_toml("schema = 1\nrevision = 3\n[[policies]]\nname = \"route\"\nmatch = { route = \"/v1/*\" }\nquota = \"10/s\"\n[[policies]]\nname = \"customer\"\nmatch = { route = \"/*\" }\nquota = \"1/min;burst=1\"\nalso = true\n")?);
     /// # let d = handle.check_all("free", "api", "/v1/x", "alice", Check::cost(1))?;
     /// assert_eq!(d.revision(), 3);
@@ -162,7 +170,8 @@ impl MultiDecision {
 
     /// The name of the deciding policy, or `None` if no policy applied.
     /// ```
-    /// # use tollgate::{Check, Limits, LimitsHandle};
+    /// # use tollgate::Check;
+    /// # use tollgate::limits::{Limits, LimitsHandle};
     /// # let handle = LimitsHandle::new(Limits::from_toml("schema = 1\nrevision = 3\n[[policies]]\nname = \"route\"\nmatch = { route = \"/v1/*\" }\nquota = \"10/s\"\n[[policies]]\nname = \"customer\"\nmatch = { route = \"/*\" }\nquota = \"1/min;burst=1\"\nalso = true\n")?);
     /// # let d = handle.check_all("free", "api", "/v1/x", "alice", Check::cost(1))?;
     /// assert_eq!(d.policy(), Some("customer")); // 0 left there, 9 in "route"
@@ -175,7 +184,8 @@ impl MultiDecision {
     /// The deciding policy's entry in [`verdicts`](Self::verdicts), or `None` if no policy
     /// applied.
     /// ```
-    /// # use tollgate::{Check, Limits, LimitsHandle};
+    /// # use tollgate::Check;
+    /// # use tollgate::limits::{Limits, LimitsHandle};
     /// # let handle = LimitsHandle::new(Limits::from_toml("schema = 1\nrevision = 3\n[[policies]]\nname = \"route\"\nmatch = { route = \"/v1/*\" }\nquota = \"10/s\"\n[[policies]]\nname = \"customer\"\nmatch = { route = \"/*\" }\nquota = \"1/min;burst=1\"\nalso = true\n")?);
     /// # let d = handle.check_all("free", "api", "/v1/x", "alice", Check::cost(1))?;
     /// assert_eq!(d.deciding().map(|v| v.policy()), Some("customer"));
@@ -186,10 +196,11 @@ impl MultiDecision {
     }
 
     /// The overall verdict as a [`Decision`] (the deciding policy's name, the revision): for
-    /// code written against [`LimitsHandle::check`](crate::LimitsHandle::check).
+    /// code written against [`LimitsHandle::check`](crate::limits::LimitsHandle::check).
     ///
     /// ```
-    /// # use tollgate::{Check, Limits, LimitsHandle};
+    /// # use tollgate::Check;
+    /// # use tollgate::limits::{Limits, LimitsHandle};
     /// # let handle = LimitsHandle::new(Limits::from_path("examples/limits/valid.toml")?);
     /// let d = handle.check_all("paid", "checkout", "/v1/checkout/cart", "customer-42", Check::cost(1))?;
     /// let one = d.decision();
@@ -202,11 +213,12 @@ impl MultiDecision {
     }
 
     /// Each policy's verdict, in the order they were checked (that of
-    /// [`Limits::resolve_all`](crate::Limits::resolve_all)): every applicable policy when the
+    /// [`Limits::resolve_all`](crate::limits::Limits::resolve_all)): every applicable policy when the
     /// request is permitted; up to and including the denying one when it is not (the policies
     /// after it were not checked).
     /// ```
-    /// # use tollgate::{Check, Limits, LimitsHandle};
+    /// # use tollgate::Check;
+    /// # use tollgate::limits::{Limits, LimitsHandle};
     /// # let handle = LimitsHandle::new(Limits::from_toml("schema = 1\nrevision = 3\n[[policies]]\nname = \"route\"\nmatch = { route = \"/v1/*\" }\nquota = \"10/s\"\n[[policies]]\nname = \"customer\"\nmatch = { route = \"/*\" }\nquota = \"1/min;burst=1\"\nalso = true\n")?);
     /// # let d = handle.check_all("free", "api", "/v1/x", "alice", Check::cost(1))?;
     /// let names: Vec<&str> = d.verdicts().iter().map(|v| v.policy()).collect();

@@ -1,5 +1,5 @@
 //! One document's limiters: a [`KeyedRateLimiter`] per policy, the request → policy → verdict
-//! step shared by [`LimitsHandle`](super::LimitsHandle) and [`Rollout`](crate::Rollout), and
+//! step shared by [`LimitsHandle`](super::LimitsHandle) and [`Rollout`](crate::limits::Rollout), and
 //! how the limiters of one document become the next one's.
 //!
 //! # A limiter is built on its policy's first check
@@ -269,9 +269,12 @@ impl Policies {
     /// has no limiter to read, and counts nothing.
     #[cfg(feature = "metrics")]
     pub(crate) fn entries(&self) -> Vec<Entry> {
-        let max_keys = self.settings.max_keys.map_or(crate::DEFAULT_MAX_KEYS, |n| {
-            n.clamp(1, crate::MAX_KEYS_LIMIT)
-        });
+        let max_keys = self
+            .settings
+            .max_keys
+            .map_or(crate::limiter::keyed::DEFAULT_MAX_KEYS, |n| {
+                n.clamp(1, crate::limiter::keyed::MAX_KEYS_LIMIT)
+            });
         self.limiters
             .iter()
             .zip(&self.counted_from)

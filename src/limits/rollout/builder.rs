@@ -1,4 +1,4 @@
-//! [`RolloutBuilder`] and the [`Stage`]s of a rollout.
+//! [`RolloutBuilder`] and the [`RolloutStage`]s of a rollout.
 
 use core::fmt;
 use core::time::Duration;
@@ -15,19 +15,19 @@ use crate::limits::reload::{Policies, Settings};
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::Stage;
+/// use tollgate::limits::RolloutStage;
 ///
-/// let stage = Stage::new(250, Duration::from_secs(600)); // 2.5 % for 10 minutes
+/// let stage = RolloutStage::new(250, Duration::from_secs(600)); // 2.5 % for 10 minutes
 /// assert_eq!((stage.basis_points(), stage.duration()), (250, Duration::from_secs(600)));
-/// assert_eq!(Stage::new(0, Duration::ZERO).basis_points(), 1); // clamped to 1..=10_000
+/// assert_eq!(RolloutStage::new(0, Duration::ZERO).basis_points(), 1); // clamped to 1..=10_000
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Stage {
+pub struct RolloutStage {
     basis_points: u32,
     duration: Duration,
 }
 
-impl Stage {
+impl RolloutStage {
     /// A stage of `basis_points` (clamped to `1..=10_000`) for `duration`.
     pub const fn new(basis_points: u32, duration: Duration) -> Self {
         let basis_points = if basis_points == 0 {
@@ -54,10 +54,9 @@ impl Stage {
     }
 }
 
-/// The default stages: 1 % for 5 minutes, then 10 % for 5 minutes; then every key (100 %).
-pub const DEFAULT_STAGES: [Stage; 2] = [
-    Stage::new(100, Duration::from_secs(300)),
-    Stage::new(1_000, Duration::from_secs(300)),
+pub(crate) const DEFAULT_STAGES: [RolloutStage; 2] = [
+    RolloutStage::new(100, Duration::from_secs(300)),
+    RolloutStage::new(1_000, Duration::from_secs(300)),
 ];
 
 /// Mixed into the default seed so it is not simply the revision.
@@ -67,14 +66,15 @@ const SEED_TAG: u128 = 0x746f_6c6c_6761_7465_726f_6c6c_6f75_7400;
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::{Limits, ManualClock, Rollout, Stage};
+/// use tollgate::ManualClock;
+/// use tollgate::limits::{Limits, Rollout, RolloutStage};
 ///
 /// let doc = |quota: &str, revision: u64| Limits::from_toml(&format!(
 ///     "schema = 1\nrevision = {revision}\n[[policies]]\nname = \"api\"\nmatch = {{ route = \"/api/*\" }}\nquota = \"{quota}\"\n"
 /// ));
 /// let rollout = Rollout::builder(doc("10/s", 1)?, doc("20/s", 2)?)
 ///     .clock(ManualClock::new())
-///     .stages([Stage::new(500, Duration::from_secs(60))])
+///     .stages([RolloutStage::new(500, Duration::from_secs(60))])
 ///     .seed(0x5eed)
 ///     .window(Duration::from_secs(30))
 ///     .threshold(0.05)
@@ -82,14 +82,14 @@ const SEED_TAG: u128 = 0x746f_6c6c_6761_7465_726f_6c6c_6f75_7400;
 ///     .max_tracked_keys(1_000)
 ///     .build()?;
 /// assert_eq!(rollout.basis_points(), 500);
-/// # Ok::<(), tollgate::ConfigErrors>(())
+/// # Ok::<(), tollgate::limits::ConfigErrors>(())
 /// ```
 #[must_use = "call .build() to get the rollout"]
 pub struct RolloutBuilder {
     old: Limits,
     new: Limits,
     clock: Clock,
-    stages: Vec<Stage>,
+    stages: Vec<RolloutStage>,
     seed: Option<u128>,
     max_keys: Option<usize>,
     cfg: Config,
@@ -120,9 +120,9 @@ impl RolloutBuilder {
         self
     }
 
-    /// The stages before 100 % (default [`DEFAULT_STAGES`]). Stages whose share is not above
+    /// The stages before 100 % (default [`DEFAULT_STAGES`](crate::limits::Rollout::DEFAULT_STAGES)). Stages whose share is not above
     /// the one before are dropped; an empty list goes to 100 % at once.
-    pub fn stages(mut self, stages: impl IntoIterator<Item = Stage>) -> Self {
+    pub fn stages(mut self, stages: impl IntoIterator<Item = RolloutStage>) -> Self {
         self.stages.clear();
         for stage in stages {
             if self
@@ -147,7 +147,7 @@ impl RolloutBuilder {
     }
 
     /// The tightening factor beyond which the change needs an acknowledgement (default
-    /// [`DEFAULT_GUARD`]). A value that is not finite or below 1 keeps the default.
+    /// [`DEFAULT_GUARD`](crate::limits::Limits::DEFAULT_GUARD)). A value that is not finite or below 1 keeps the default.
     pub fn guard(mut self, guard: f64) -> Self {
         if guard.is_finite() && guard >= 1.0 {
             self.cfg.guard = guard;
@@ -156,7 +156,7 @@ impl RolloutBuilder {
     }
 
     /// The bound on tracked keys of each policy's limiter, in each document (default
-    /// [`DEFAULT_MAX_KEYS`](crate::DEFAULT_MAX_KEYS)).
+    /// [`DEFAULT_MAX_KEYS`](crate::limiter::DEFAULT_MAX_KEYS)).
     pub fn max_keys(mut self, max_keys: usize) -> Self {
         self.max_keys = Some(max_keys);
         self
@@ -186,7 +186,7 @@ impl RolloutBuilder {
 
     /// The most keys tallied per window on each side, cohort and control (default 4,096,
     /// at least 16; about 32 bytes each). Checks of further keys are enforced but left out
-    /// of the figures ([`WindowFigures::untracked_checks`](crate::WindowFigures)).
+    /// of the figures ([`WindowFigures::untracked_checks`](crate::limits::WindowFigures)).
     pub fn max_tracked_keys(mut self, keys: usize) -> Self {
         self.cfg.max_tracked_keys = keys.max(16);
         self

@@ -7,13 +7,14 @@ use crate::limits::reload::MultiDecision;
 
 impl Rollout {
     /// Checks a request against every policy that applies to it, all or nothing, as
-    /// [`LimitsHandle::check_all`](crate::LimitsHandle::check_all) does: `key` in the cohort
+    /// [`LimitsHandle::check_all`](crate::limits::LimitsHandle::check_all) does: `key` in the cohort
     /// is judged by the new document's policies, the rest by the old one's. A key that joined
     /// the cohort keeps its place in time in every policy both documents name. The request
     /// is tallied for the rollout's figures once, as denied if the overall verdict is.
     ///
     /// ```
-    /// use tollgate::{Check, Limits, Rollout};
+    /// use tollgate::Check;
+    /// use tollgate::limits::{Limits, Rollout};
     ///
     /// let doc = |revision: u64| Limits::from_toml(&format!(r#"
     /// schema = 1

@@ -6,7 +6,7 @@ use core::time::Duration;
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub enum RolloutState {
-    /// Stage `stage` (0-based) runs: `basis_points` of the keys are on the new document.
+    /// RolloutStage `stage` (0-based) runs: `basis_points` of the keys are on the new document.
     Staged {
         /// The stage's index in the rollout's stages.
         stage: usize,

@@ -37,7 +37,7 @@ pub struct WindowFigures {
     /// `control_denied_keys / control_keys`.
     pub control_breadth: f64,
     /// Checks of keys that found no room in the tallies (see
-    /// [`RolloutBuilder::max_tracked_keys`](crate::RolloutBuilder::max_tracked_keys)):
+    /// [`RolloutBuilder::max_tracked_keys`](crate::limits::RolloutBuilder::max_tracked_keys)):
     /// enforced as usual, left out of the figures.
     pub untracked_checks: u64,
 }

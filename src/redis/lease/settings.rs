@@ -47,15 +47,15 @@ impl SharedRateLimiterBuilder {
     ///   counts every leased cell as spent.
     /// * **Scope.** One-unit checks of a limiter with one limit: a [`limit`](Self::limit)
     ///   added turns leases off (the cells of two limits do not fall due together), a cost
-    ///   other than 1 and [`peek_key`](crate::SharedRateLimiter::peek_key) make a plain call, and
-    ///   [`set_quota`](crate::SharedRateLimiter::set_quota) ends every lease of this instance. A
+    ///   other than 1 and [`peek_key`](crate::redis::SharedRateLimiter::peek_key) make a plain call, and
+    ///   [`set_quota`](crate::redis::SharedRateLimiter::set_quota) ends every lease of this instance. A
     ///   lease call is a normal call for the deadline, the breaker, the failure policy and
     ///   the cluster routing.
     /// * **Fleet.** Every instance sharing a prefix must use the same `lease_time`: the script
     ///   lets a TAT run `lease_time` past `now + τ` only for a caller that says so, and one
     ///   with a shorter horizon cuts the reservation back (letting its cells be admitted
     ///   twice).
-    /// * **Quota changes.** [`set_quota`](crate::SharedRateLimiter::set_quota) ends every lease
+    /// * **Quota changes.** [`set_quota`](crate::redis::SharedRateLimiter::set_quota) ends every lease
     ///   of this instance when it returns: no check that starts after it is answered from a
     ///   cell leased under the old quota. A lease call in flight across the change keeps no
     ///   cell (its own check is answered as a plain call sent before the change would be).
@@ -68,7 +68,7 @@ impl SharedRateLimiterBuilder {
     /// `max_cells` of 0 or above 2^20 fails at [`build`](Self::build).
     ///
     /// ```
-    /// # use tollgate::SharedRateLimiter;
+    /// # use tollgate::redis::SharedRateLimiter;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let lim = SharedRateLimiter::builder("1000/s".parse()?, "redis://127.0.0.1:6379/")
@@ -92,7 +92,7 @@ impl SharedRateLimiterBuilder {
     ///
     /// ```
     /// # use std::time::Duration;
-    /// # use tollgate::SharedRateLimiter;
+    /// # use tollgate::redis::SharedRateLimiter;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let lim = SharedRateLimiter::builder("1000/s".parse()?, "redis://127.0.0.1:6379/")

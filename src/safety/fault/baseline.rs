@@ -1,9 +1,7 @@
 //! The trailing baseline: hourly samples over 7 days, summarised by their median.
 
-/// The most hourly samples kept: 7 days.
-pub const BASELINE_HOURS: usize = 7 * 24;
-/// The fewest hourly samples for a baseline to exist: one day.
-pub const BASELINE_MIN_HOURS: usize = 24;
+pub(crate) const BASELINE_HOURS: usize = 7 * 24;
+pub(crate) const BASELINE_MIN_HOURS: usize = 24;
 
 /// One hour of normal operation, as the detector measured it.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -21,13 +19,13 @@ pub struct HourSample {
 /// anomalous hours left out. It exists once it has 24 samples; until then the detector only
 /// alerts.
 ///
-/// Export it with [`FaultDetector::baseline`](crate::FaultDetector::baseline) and import it
-/// with [`FaultDetectorBuilder::baseline`](crate::FaultDetectorBuilder::baseline), so a
+/// Export it with [`FaultDetector::baseline`](crate::safety::FaultDetector::baseline) and import it
+/// with [`FaultDetectorBuilder::baseline`](crate::safety::FaultDetectorBuilder::baseline), so a
 /// restart or a deploy is not a cold start. It is pinned to a config revision: samples are
 /// learned only while that revision (the last known-good one) is in force.
 ///
 /// ```
-/// use tollgate::{Baseline, HourSample};
+/// use tollgate::safety::{Baseline, HourSample};
 ///
 /// let normal = HourSample { breadth: 0.01, deny_ratio: 0.02, allowed_per_sec: 80.0 };
 /// let b = Baseline::from_hours(7, std::iter::repeat(normal).take(24));
@@ -148,6 +146,13 @@ impl Baseline {
             (v[mid - 1] + v[mid]) / 2.0
         })
     }
+}
+
+impl Baseline {
+    /// The most hourly samples kept: 7 days.
+    pub const HOURS: usize = crate::safety::fault::baseline::BASELINE_HOURS;
+    /// The fewest hourly samples for a baseline to exist: one day.
+    pub const MIN_HOURS: usize = crate::safety::fault::baseline::BASELINE_MIN_HOURS;
 }
 
 #[cfg(test)]

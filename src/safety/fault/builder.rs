@@ -164,7 +164,7 @@ impl FaultDetectorBuilder {
     /// exported.
     ///
     /// ```
-    /// use tollgate::{Baseline, FaultDetector};
+    /// use tollgate::safety::{Baseline, FaultDetector};
     ///
     /// let before_restart = FaultDetector::new().baseline();
     /// let detector = FaultDetector::builder().with_baseline(before_restart).build();
@@ -182,7 +182,7 @@ impl FaultDetectorBuilder {
 
     /// Adds a callback for [`FaultEvent`]s. It runs on the check that ran the evaluation,
     /// outside every lock, inside `catch_unwind`: a panic is counted
-    /// ([`DetectorState::callback_panics`](crate::DetectorState::callback_panics)) and never stops verdicts. Under `panic = abort`
+    /// ([`DetectorState::callback_panics`](crate::safety::DetectorState::callback_panics)) and never stops verdicts. Under `panic = abort`
     /// nothing can catch it: keep callbacks panic-free.
     pub fn on_event(mut self, callback: impl Fn(&FaultEvent) + Send + Sync + 'static) -> Self {
         self.callbacks.push(Arc::new(callback));

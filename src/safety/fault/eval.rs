@@ -5,7 +5,9 @@ use crate::sync::atomic::Ordering;
 use std::collections::VecDeque;
 
 use super::panel::{self, Member};
-use super::{AlertKind, Baseline, Config, FaultEvent, Figures, HourSample, Mode, Shared};
+use super::{
+    AlertKind, Baseline, Config, DetectorMode, FaultEvent, FaultFigures, HourSample, Shared,
+};
 use crate::engine::stats::{Stats, COUNTERS};
 use crate::engine::verdict::PassReason;
 use core::time::Duration;
@@ -32,7 +34,7 @@ pub(crate) struct Eval {
     last_trip: Option<u64>,
     /// Alerts already raised in the current episode (re-armed when the measure is normal).
     raised: Vec<AlertKind>,
-    pub(crate) last: Figures,
+    pub(crate) last: FaultFigures,
     events: Vec<FaultEvent>,
 }
 
@@ -71,7 +73,7 @@ impl Default for HourSample {
 
 /// One sub-bucket's reading of the window.
 struct Reading {
-    figures: Figures,
+    figures: FaultFigures,
     enough: bool,
     above: bool,
     threshold: f64,
@@ -102,7 +104,7 @@ impl Eval {
             overriding: None,
             last_trip: None,
             raised: Vec::new(),
-            last: Figures {
+            last: FaultFigures {
                 measure: 0.0,
                 baseline: None,
                 allowed_per_sec: 0.0,
@@ -189,7 +191,7 @@ impl Eval {
         };
         let total = stats.total();
         Reading {
-            figures: Figures {
+            figures: FaultFigures {
                 measure,
                 baseline: base,
                 allowed_per_sec,
@@ -265,7 +267,7 @@ impl Eval {
         }
     }
 
-    fn raise(&mut self, kind: AlertKind, figures: Figures) {
+    fn raise(&mut self, kind: AlertKind, figures: FaultFigures) {
         if !self.raised.contains(&kind) {
             self.raised.push(kind);
             self.events.push(FaultEvent::Alert(kind, figures));
@@ -387,14 +389,14 @@ impl Eval {
         self.overriding.is_some()
     }
 
-    pub(crate) fn mode(&self) -> Mode {
+    pub(crate) fn mode(&self) -> DetectorMode {
         match (&self.overriding, &self.state) {
-            (Some(Override::Pass { reason, until }), _) => Mode::PassingThrough {
+            (Some(Override::Pass { reason, until }), _) => DetectorMode::PassingThrough {
                 reason: *reason,
                 until: Duration::from_nanos(*until),
             },
-            (Some(Override::Enforce), _) | (None, State::Enforce) => Mode::Enforcing,
-            (None, State::Passing { until, .. }) => Mode::PassingThrough {
+            (Some(Override::Enforce), _) | (None, State::Enforce) => DetectorMode::Enforcing,
+            (None, State::Passing { until, .. }) => DetectorMode::PassingThrough {
                 reason: PassReason::DenyAnomaly,
                 until: Duration::from_nanos(*until),
             },

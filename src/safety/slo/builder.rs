@@ -18,7 +18,7 @@ use crate::engine::error::Quoted;
 /// A mistake in a [`SuccessRateBuilder`].
 ///
 /// ```
-/// use tollgate::{SloConfigError, SuccessRate};
+/// use tollgate::safety::{SloConfigError, SuccessRate};
 ///
 /// let err = SuccessRate::builder().tiers(["paid"]).drop_threshold(0.0).build().unwrap_err();
 /// assert_eq!(err, SloConfigError::Threshold(0.0));
@@ -40,10 +40,10 @@ pub enum SloConfigError {
     /// A tier name is declared twice.
     #[error("tier {} is declared twice", Quoted(.0))]
     DuplicateTier(String),
-    /// [`OTHER_TIER`] was declared; it always exists and counts undeclared tiers.
+    /// [`OTHER_TIER`](crate::safety::SuccessRate::OTHER_TIER) was declared; it always exists and counts undeclared tiers.
     #[error("tier \"other\" is reserved for undeclared tiers")]
     ReservedTier,
-    /// More than [`MAX_TIERS`] tiers.
+    /// More than [`MAX_TIERS`](crate::safety::SuccessRate::MAX_TIERS) tiers.
     #[error("{0} tiers declared, at most 64 are allowed")]
     TooManyTiers(usize),
     /// A threshold that is not a finite number of percentage points in `[0.01, 100]`.
@@ -95,13 +95,13 @@ impl Default for SuccessRateBuilder {
 
 impl SuccessRateBuilder {
     /// The tiers to track (required; replaces any earlier list). Anything else is counted
-    /// under [`OTHER_TIER`], so label cardinality stays fixed: never pass customer keys.
+    /// under [`OTHER_TIER`](crate::safety::SuccessRate::OTHER_TIER), so label cardinality stays fixed: never pass customer keys.
     ///
     /// ```
-    /// use tollgate::SuccessRate;
+    /// use tollgate::safety::SuccessRate;
     /// let slo = SuccessRate::builder().tiers(["free", "paid", "enterprise"]).build()?;
     /// assert_eq!(slo.snapshot().len(), 4);
-    /// # Ok::<(), tollgate::SloConfigError>(())
+    /// # Ok::<(), tollgate::safety::SloConfigError>(())
     /// ```
     pub fn tiers<I>(mut self, tiers: I) -> Self
     where
@@ -116,9 +116,10 @@ impl SuccessRateBuilder {
     /// tests.
     ///
     /// ```
-    /// use tollgate::{ManualClock, SuccessRate};
+    /// use tollgate::ManualClock;
+    /// use tollgate::safety::SuccessRate;
     /// let slo = SuccessRate::builder().tiers(["paid"]).clock(ManualClock::new()).build()?;
-    /// # Ok::<(), tollgate::SloConfigError>(())
+    /// # Ok::<(), tollgate::safety::SloConfigError>(())
     /// ```
     pub fn clock(mut self, clock: impl Into<Clock>) -> Self {
         self.clock = clock.into();
@@ -129,9 +130,9 @@ impl SuccessRateBuilder {
     /// rounded to whole basis points (0.01 pp). An alert needs the drop to be *more* than this.
     ///
     /// ```
-    /// use tollgate::SuccessRate;
+    /// use tollgate::safety::SuccessRate;
     /// let slo = SuccessRate::builder().tiers(["paid"]).drop_threshold(0.5).build()?;
-    /// # Ok::<(), tollgate::SloConfigError>(())
+    /// # Ok::<(), tollgate::safety::SloConfigError>(())
     /// ```
     pub fn drop_threshold(mut self, percentage_points: f64) -> Self {
         self.threshold_pp = percentage_points;
@@ -143,9 +144,9 @@ impl SuccessRateBuilder {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tollgate::SuccessRate;
+    /// use tollgate::safety::SuccessRate;
     /// let slo = SuccessRate::builder().tiers(["paid"]).window(Duration::from_secs(30)).build()?;
-    /// # Ok::<(), tollgate::SloConfigError>(())
+    /// # Ok::<(), tollgate::safety::SloConfigError>(())
     /// ```
     pub fn window(mut self, window: Duration) -> Self {
         self.window = window;
@@ -157,9 +158,9 @@ impl SuccessRateBuilder {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tollgate::SuccessRate;
+    /// use tollgate::safety::SuccessRate;
     /// let slo = SuccessRate::builder().tiers(["paid"]).reference(Duration::from_secs(900)).build()?;
-    /// # Ok::<(), tollgate::SloConfigError>(())
+    /// # Ok::<(), tollgate::safety::SloConfigError>(())
     /// ```
     pub fn reference(mut self, reference: Duration) -> Self {
         self.reference = reference;
@@ -171,9 +172,9 @@ impl SuccessRateBuilder {
     /// least 10 extra failures: a handful at low traffic does not page.
     ///
     /// ```
-    /// use tollgate::SuccessRate;
+    /// use tollgate::safety::SuccessRate;
     /// let slo = SuccessRate::builder().tiers(["paid"]).min_samples(2_000).build()?;
-    /// # Ok::<(), tollgate::SloConfigError>(())
+    /// # Ok::<(), tollgate::safety::SloConfigError>(())
     /// ```
     pub fn min_samples(mut self, min_samples: u64) -> Self {
         self.min_samples = min_samples;
@@ -188,12 +189,12 @@ impl SuccessRateBuilder {
     /// short: it delays the request that triggered the evaluation.
     ///
     /// ```
-    /// use tollgate::SuccessRate;
+    /// use tollgate::safety::SuccessRate;
     /// let slo = SuccessRate::builder()
     ///     .tiers(["paid"])
     ///     .on_alert(|alert| eprintln!("page: {alert}"))
     ///     .build()?;
-    /// # Ok::<(), tollgate::SloConfigError>(())
+    /// # Ok::<(), tollgate::safety::SloConfigError>(())
     /// ```
     pub fn on_alert(mut self, callback: impl Fn(&SloAlert) + Send + Sync + 'static) -> Self {
         self.on_alert = Some(Arc::new(callback));
@@ -205,11 +206,11 @@ impl SuccessRateBuilder {
     /// # Errors
     ///
     /// [`SloConfigError`]: no tiers, an empty, duplicate or reserved tier name, more than
-    /// [`MAX_TIERS`] tiers, a threshold outside `[0.01, 100]` pp, a zero window or reference
+    /// [`MAX_TIERS`](crate::safety::SuccessRate::MAX_TIERS) tiers, a threshold outside `[0.01, 100]` pp, a zero window or reference
     /// period, or a reference period of more than 4090 sub-buckets.
     ///
     /// ```
-    /// use tollgate::{SloConfigError, SuccessRate};
+    /// use tollgate::safety::{SloConfigError, SuccessRate};
     /// let err = SuccessRate::builder().tiers(["paid", "other"]).build().unwrap_err();
     /// assert_eq!(err, SloConfigError::ReservedTier);
     /// # Ok::<(), SloConfigError>(())

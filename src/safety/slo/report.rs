@@ -5,7 +5,7 @@ use core::fmt;
 use core::time::Duration;
 use std::sync::Arc;
 
-use super::{Counts, Outcome};
+use super::{Counts, RequestOutcome};
 use crate::engine::error::Quoted;
 
 /// Successes and failures; client errors are left out.
@@ -48,7 +48,8 @@ pub(super) fn drop_exceeds(reference: Tally, current: Tally, scale: u128, bp: u1
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::{ManualClock, SuccessRate};
+/// use tollgate::ManualClock;
+/// use tollgate::safety::SuccessRate;
 ///
 /// let clock = ManualClock::new();
 /// let slo = SuccessRate::builder().tiers(["paid"]).clock(clock.clone()).min_samples(10).build()?;
@@ -63,7 +64,7 @@ pub(super) fn drop_exceeds(reference: Tally, current: Tally, scale: u128, bp: u1
 /// assert_eq!(alert.reference(), 1.0);
 /// assert!(alert.drop_pp() > 2.0);
 /// assert_eq!(alert.window(), Duration::from_secs(60));
-/// # Ok::<(), tollgate::SloConfigError>(())
+/// # Ok::<(), tollgate::safety::SloConfigError>(())
 /// ```
 #[derive(Clone, Debug, PartialEq)]
 pub struct SloAlert {
@@ -151,14 +152,15 @@ impl fmt::Display for SloAlert {
 /// [`window_end`](Self::window_end).
 ///
 /// ```
-/// use tollgate::{ManualClock, SuccessRate};
+/// use tollgate::ManualClock;
+/// use tollgate::safety::SuccessRate;
 ///
 /// let slo = SuccessRate::builder().tiers(["free"]).clock(ManualClock::new()).build()?;
 /// slo.record("free", 200);
 /// slo.record("free", 429);
 /// let free = &slo.snapshot()[0];
 /// assert_eq!((free.tier(), free.successes(), free.failures_429()), ("free", 1, 1));
-/// # Ok::<(), tollgate::SloConfigError>(())
+/// # Ok::<(), tollgate::safety::SloConfigError>(())
 /// ```
 #[derive(Clone, Debug, PartialEq)]
 pub struct TierSnapshot {
@@ -169,29 +171,29 @@ pub struct TierSnapshot {
 }
 
 impl TierSnapshot {
-    /// The tier's name ([`OTHER_TIER`](super::OTHER_TIER) for undeclared tiers).
+    /// The tier's name ([`OTHER_TIER`](crate::safety::SuccessRate::OTHER_TIER) for undeclared tiers).
     pub fn tier(&self) -> &str {
         &self.tier
     }
 
-    /// Successful responses ([`Outcome::Success`]).
+    /// Successful responses ([`RequestOutcome::Success`]).
     pub fn successes(&self) -> u64 {
-        self.counts[Outcome::Success.index()]
+        self.counts[RequestOutcome::Success.index()]
     }
 
-    /// 429 responses ([`Outcome::RateLimited`]).
+    /// 429 responses ([`RequestOutcome::RateLimited`]).
     pub fn failures_429(&self) -> u64 {
-        self.counts[Outcome::RateLimited.index()]
+        self.counts[RequestOutcome::RateLimited.index()]
     }
 
-    /// 5xx responses and invalid statuses ([`Outcome::ServerError`]).
+    /// 5xx responses and invalid statuses ([`RequestOutcome::ServerError`]).
     pub fn failures_5xx(&self) -> u64 {
-        self.counts[Outcome::ServerError.index()]
+        self.counts[RequestOutcome::ServerError.index()]
     }
 
-    /// Other 4xx responses ([`Outcome::ClientError`]), left out of the success rate.
+    /// Other 4xx responses ([`RequestOutcome::ClientError`]), left out of the success rate.
     pub fn client_errors(&self) -> u64 {
-        self.counts[Outcome::ClientError.index()]
+        self.counts[RequestOutcome::ClientError.index()]
     }
 
     /// The success rate over the last complete window; `None` if it saw no success or failure.
@@ -211,13 +213,14 @@ impl TierSnapshot {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tollgate::{ManualClock, SuccessRate};
+    /// use tollgate::ManualClock;
+    /// use tollgate::safety::SuccessRate;
     ///
     /// let clock = ManualClock::new();
     /// let slo = SuccessRate::builder().tiers(["free"]).clock(clock.clone()).build()?;
     /// clock.advance(Duration::from_millis(63_700)); // sub-buckets of 10 s
     /// assert_eq!(slo.snapshot()[0].window_end(), Duration::from_secs(60));
-    /// # Ok::<(), tollgate::SloConfigError>(())
+    /// # Ok::<(), tollgate::safety::SloConfigError>(())
     /// ```
     pub fn window_end(&self) -> Duration {
         self.window_end

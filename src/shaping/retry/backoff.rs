@@ -25,14 +25,14 @@ use crate::engine::verdict::Verdict;
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::Backoff;
+/// use tollgate::shaping::Backoff;
 ///
 /// let backoff = Backoff::builder().base(Duration::from_millis(50)).seed(7).build()?;
 /// let delays: Vec<Duration> = backoff.delays().collect();
 /// assert_eq!(delays.len(), 3);
 /// assert!(delays[0] >= Duration::from_millis(1) && delays[0] <= Duration::from_millis(50));
 /// assert!(delays[2] <= Duration::from_millis(200));
-/// # Ok::<(), tollgate::BackoffError>(())
+/// # Ok::<(), tollgate::shaping::BackoffError>(())
 /// ```
 ///
 /// # Randomness
@@ -69,7 +69,7 @@ impl Backoff {
     /// A backoff with the defaults and a random seed.
     ///
     /// ```
-    /// let backoff = tollgate::Backoff::new();
+    /// let backoff = tollgate::shaping::Backoff::new();
     /// assert_eq!(backoff.max_retries(), 3);
     /// ```
     pub fn new() -> Self {
@@ -118,11 +118,11 @@ impl Backoff {
     /// ```
     /// use std::time::Duration;
     ///
-    /// let backoff = tollgate::Backoff::builder().seed(1).build()?;
+    /// let backoff = tollgate::shaping::Backoff::builder().seed(1).build()?;
     /// let d = backoff.delay(4); // at most 100 ms · 2³
     /// assert!(d >= Duration::from_millis(1) && d <= Duration::from_millis(800));
     /// assert!(backoff.delay(u32::MAX) <= Duration::from_secs(10));
-    /// # Ok::<(), tollgate::BackoffError>(())
+    /// # Ok::<(), tollgate::shaping::BackoffError>(())
     /// ```
     pub fn delay(&self, attempt: u32) -> Duration {
         let base = self.base.as_nanos();
@@ -146,10 +146,10 @@ impl Backoff {
     /// ```
     /// use std::time::Duration;
     ///
-    /// let backoff = tollgate::Backoff::builder().seed(1).build()?;
+    /// let backoff = tollgate::shaping::Backoff::builder().seed(1).build()?;
     /// let d = backoff.after_deny(1, Duration::from_secs(2));
     /// assert!(d >= Duration::from_secs(2) && d <= Duration::from_secs(3));
-    /// # Ok::<(), tollgate::BackoffError>(())
+    /// # Ok::<(), tollgate::shaping::BackoffError>(())
     /// ```
     pub fn after_deny(&self, attempt: u32, retry_after: Duration) -> Duration {
         let retry_after = retry_after.as_nanos();
@@ -168,7 +168,8 @@ impl Backoff {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tollgate::{Backoff, ManualClock, RateLimiter};
+    /// use tollgate::{ManualClock, RateLimiter};
+    /// use tollgate::shaping::Backoff;
     ///
     /// let lim = RateLimiter::builder("1/s".parse()?).clock(ManualClock::new()).build();
     /// assert!(lim.check().is_permitted());
@@ -186,8 +187,8 @@ impl Backoff {
     }
 
     /// The delays before retries `1..=max_retries`, drawn as the iterator advances.
-    pub fn delays(&self) -> Delays<'_> {
-        Delays {
+    pub fn delays(&self) -> BackoffDelays<'_> {
+        BackoffDelays {
             backoff: self,
             attempt: 0,
         }
@@ -198,34 +199,34 @@ impl Backoff {
     ///
     /// `op` gets the attempt number (0, then `1..=max_retries`): pass it on with
     /// [`Check::attempt`](crate::Check::attempt) so the server can tell retries apart. A
-    /// [`Failure::Retry`] with a `retry_after` hint waits [`after_deny`](Backoff::after_deny),
+    /// [`AttemptFailure::Retry`] with a `retry_after` hint waits [`after_deny`](Backoff::after_deny),
     /// one without waits [`delay`](Backoff::delay). `sleep` is yours, so tests need not sleep.
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tollgate::{Backoff, Failure, RetryError};
+    /// use tollgate::shaping::{AttemptFailure, Backoff, RetryError};
     ///
     /// let backoff = Backoff::builder().seed(9).build()?;
     /// let mut slept = Vec::new();
     /// let out = backoff.retry(
-    ///     |attempt| if attempt < 2 { Err(Failure::retry("busy")) } else { Ok(attempt) },
+    ///     |attempt| if attempt < 2 { Err(AttemptFailure::retry("busy")) } else { Ok(attempt) },
     ///     |d| slept.push(d), // std::thread::sleep in real code
     /// );
     /// assert_eq!(out, Ok(2));
     /// assert_eq!(slept.len(), 2);
     ///
-    /// let out: Result<(), _> = backoff.retry(|_| Err(Failure::fatal("bad request")), |_| {});
+    /// let out: Result<(), _> = backoff.retry(|_| Err(AttemptFailure::fatal("bad request")), |_| {});
     /// assert_eq!(out, Err(RetryError::Fatal { error: "bad request", attempt: 0 }));
-    /// # Ok::<(), tollgate::BackoffError>(())
+    /// # Ok::<(), tollgate::shaping::BackoffError>(())
     /// ```
     ///
     /// # Errors
     ///
-    /// [`RetryError::Fatal`] at the first [`Failure::Fatal`]; [`RetryError::Exhausted`] when
+    /// [`RetryError::Fatal`] at the first [`AttemptFailure::Fatal`]; [`RetryError::Exhausted`] when
     /// attempt `max_retries` fails too.
     pub fn retry<T, E, F, S>(&self, mut op: F, mut sleep: S) -> Result<T, RetryError<E>>
     where
-        F: FnMut(u32) -> Result<T, Failure<E>>,
+        F: FnMut(u32) -> Result<T, AttemptFailure<E>>,
         S: FnMut(Duration),
     {
         let mut attempt = 0;
@@ -244,18 +245,18 @@ impl Backoff {
     /// ```
     /// use std::future::{ready, Future};
     /// use std::task::{Context, Poll, Waker};
-    /// use tollgate::{Backoff, Failure};
+    /// use tollgate::shaping::{AttemptFailure, Backoff};
     ///
     /// let backoff = Backoff::builder().seed(9).build()?;
     /// // With tokio: `backoff.retry_async(op, tokio::time::sleep).await`.
     /// let fut = backoff.retry_async(
-    ///     |attempt| ready(if attempt == 0 { Err(Failure::retry("busy")) } else { Ok(attempt) }),
+    ///     |attempt| ready(if attempt == 0 { Err(AttemptFailure::retry("busy")) } else { Ok(attempt) }),
     ///     |_delay| ready(()),
     /// );
     /// let mut fut = std::pin::pin!(fut);
     /// let out = fut.as_mut().poll(&mut Context::from_waker(Waker::noop()));
     /// assert_eq!(out, Poll::Ready(Ok(1)));
-    /// # Ok::<(), tollgate::BackoffError>(())
+    /// # Ok::<(), tollgate::shaping::BackoffError>(())
     /// ```
     ///
     /// # Errors
@@ -268,7 +269,7 @@ impl Backoff {
     ) -> Result<T, RetryError<E>>
     where
         F: FnMut(u32) -> Fut,
-        Fut: Future<Output = Result<T, Failure<E>>>,
+        Fut: Future<Output = Result<T, AttemptFailure<E>>>,
         S: FnMut(Duration) -> SleepFut,
         SleepFut: Future<Output = ()>,
     {
@@ -286,15 +287,15 @@ impl Backoff {
     fn after_failure<E>(
         &self,
         attempt: u32,
-        failure: Failure<E>,
+        failure: AttemptFailure<E>,
     ) -> Result<Duration, RetryError<E>> {
         match failure {
-            Failure::Fatal(error) => Err(RetryError::Fatal { error, attempt }),
-            Failure::Retry { error, .. } if attempt >= self.max_retries => {
+            AttemptFailure::Fatal(error) => Err(RetryError::Fatal { error, attempt }),
+            AttemptFailure::Retry { error, .. } if attempt >= self.max_retries => {
                 Err(RetryError::Exhausted { error, attempt })
             }
             // `attempt < max_retries`, so `attempt + 1` fits.
-            Failure::Retry { retry_after, .. } => Ok(match retry_after {
+            AttemptFailure::Retry { retry_after, .. } => Ok(match retry_after {
                 Some(retry_after) => self.after_deny(attempt + 1, retry_after),
                 None => self.delay(attempt + 1),
             }),
@@ -388,7 +389,7 @@ impl BackoffBuilder {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tollgate::{Backoff, BackoffError};
+    /// use tollgate::shaping::{Backoff, BackoffError};
     ///
     /// let err = Backoff::builder().base(Duration::from_secs(20)).build().unwrap_err();
     /// assert_eq!(err.to_string(), "backoff cap 10s is below its base 20s");
@@ -461,7 +462,7 @@ pub enum BackoffError {
 
 /// How an attempt failed, as the operation tells [`Backoff::retry`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Failure<E> {
+pub enum AttemptFailure<E> {
     /// Worth retrying (a timeout, a 429, a 503), with the server's retry-after if it gave one.
     Retry {
         /// What went wrong.
@@ -474,7 +475,7 @@ pub enum Failure<E> {
     Fatal(E),
 }
 
-impl<E> Failure<E> {
+impl<E> AttemptFailure<E> {
     /// A retryable failure without a hint.
     pub fn retry(error: E) -> Self {
         Self::Retry {
@@ -510,7 +511,7 @@ pub enum RetryError<E> {
         /// The last attempt number (`max_retries`).
         attempt: u32,
     },
-    /// An attempt failed with [`Failure::Fatal`].
+    /// An attempt failed with [`AttemptFailure::Fatal`].
     #[error("attempt {attempt} failed with an error that is not retryable")]
     Fatal {
         /// Its error.
@@ -540,13 +541,13 @@ impl<E> RetryError<E> {
 /// The delays before retries `1..=max_retries`, from [`Backoff::delays`].
 #[derive(Debug)]
 #[must_use = "iterators are lazy and do nothing unless consumed"]
-pub struct Delays<'a> {
+pub struct BackoffDelays<'a> {
     backoff: &'a Backoff,
     /// The last attempt yielded for; counting up (rather than down to an end) never overflows.
     attempt: u32,
 }
 
-impl Iterator for Delays<'_> {
+impl Iterator for BackoffDelays<'_> {
     type Item = Duration;
 
     fn next(&mut self) -> Option<Duration> {
@@ -563,8 +564,8 @@ impl Iterator for Delays<'_> {
     }
 }
 
-impl ExactSizeIterator for Delays<'_> {}
-impl core::iter::FusedIterator for Delays<'_> {}
+impl ExactSizeIterator for BackoffDelays<'_> {}
+impl core::iter::FusedIterator for BackoffDelays<'_> {}
 
 /// SplitMix64 over an atomic state (see [`Backoff`]'s "Randomness").
 struct SplitMix64 {

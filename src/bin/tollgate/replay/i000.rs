@@ -24,10 +24,9 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tollgate::{
-    Backoff, Baseline, FaultDetector, FaultEvent, HourSample, KeyedRateLimiter, ManualClock, Quota,
-    RetryBudget, Verdict, Watchdog,
-};
+use tollgate::safety::{Baseline, FaultDetector, FaultEvent, HourSample, Watchdog};
+use tollgate::shaping::{Backoff, RetryBudget};
+use tollgate::{KeyedRateLimiter, ManualClock, Quota, Verdict};
 
 use super::report::{Incident, Run};
 use super::sim::{Answer, Clients, Mark, Op, Recorder, RetryPolicy, MINUTE};

@@ -17,10 +17,10 @@
 
 use std::time::Duration;
 
-use tollgate::{
-    Backoff, Check, KeyedRateLimiter, Limits, ManualClock, Rollout, RolloutState, SuccessRate,
-    Verdict, DEFAULT_GUARD,
-};
+use tollgate::limits::{Limits, Rollout, RolloutState};
+use tollgate::safety::SuccessRate;
+use tollgate::shaping::Backoff;
+use tollgate::{Check, KeyedRateLimiter, ManualClock, Verdict};
 
 use super::report::{secs, Incident, Run};
 use super::sim::{Answer, Clients, Mark, Op, Recorder, RetryPolicy, Rng, MINUTE};
@@ -280,7 +280,7 @@ fn tollgate(
     let unacked = Limits::from_toml(&tighter).map_err(model)?;
     let diff = Limits::diff(&old, &unacked);
     notes.push(format!("diff: {}", diff.to_string().trim()));
-    match Limits::check_transition(&old, &unacked, DEFAULT_GUARD) {
+    match Limits::check_transition(&old, &unacked, Limits::DEFAULT_GUARD) {
         Ok(_) => return Err(model("the unacknowledged tightening was accepted")),
         Err(errors) => {
             for e in errors.iter() {
@@ -295,7 +295,7 @@ fn tollgate(
     let s = side(&clock, tl)?;
     let rollout: std::cell::OnceCell<Rollout> = std::cell::OnceCell::new();
     let mut unshipped = Some((old.clone(), new));
-    let steady = tollgate::LimitsHandle::builder(old)
+    let steady = tollgate::limits::LimitsHandle::builder(old)
         .clock(clock.clone())
         .build();
     let backoff = Backoff::builder().seed(seed).build().map_err(model)?;

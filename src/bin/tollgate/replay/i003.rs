@@ -17,7 +17,8 @@
 //!   with priority classes — heartbeats class 0, writes class 1 (reserve 20 %), recovery
 //!   class 2 (reserve 50 %) — and a [`RetryBudget`]; clients use [`Backoff`].
 
-use tollgate::{Backoff, Check, ManualClock, Priorities, RateLimiter, RetryBudget, Verdict};
+use tollgate::shaping::{Backoff, Priorities, RetryBudget};
+use tollgate::{Check, ManualClock, RateLimiter, Verdict};
 
 use super::report::{Incident, Run};
 use super::sim::{Answer, Clients, Mark, Op, Recorder, RetryPolicy, Rng, MINUTE};
@@ -403,12 +404,10 @@ pub(crate) fn replay(short: bool, seed: u64) -> Result<Incident, ReplayError> {
          at the end (the table's last row)"
             .to_owned(),
     ];
-    if let Some(s) = stats {
-        notes.push(format!(
-            "tollgate link limiter: {} retries checked, {} denied by the retry budget",
-            s.retries, s.denied_retry_budget
-        ));
-    }
+    notes.push(format!(
+        "tollgate link limiter: {} retries checked, {} denied by the retry budget",
+        stats.retries, stats.denied_retry_budget
+    ));
     let fault_at = tl.restarts[0];
     let mut incident = Incident::new(
         (

@@ -9,7 +9,7 @@ use std::collections::BinaryHeap;
 use std::time::Duration;
 
 use serde::Serialize;
-use tollgate::Backoff;
+use tollgate::shaping::Backoff;
 
 /// splitmix64: a small, seeded, deterministic generator (no dependency, same on every
 /// platform).

@@ -15,7 +15,9 @@
 use std::path::Path;
 use std::time::Duration;
 
-use tollgate::{Check, FaultDetector, Limits, ManualClock, Rollout, Verdict, DEFAULT_GUARD};
+use tollgate::limits::{Limits, Rollout};
+use tollgate::safety::FaultDetector;
+use tollgate::{Check, ManualClock, Verdict};
 
 use super::sim::MINUTE;
 use super::{ReplayArgs, ReplayError};
@@ -340,7 +342,8 @@ pub(crate) fn run(
     let first_ms = replay.first.unwrap_or(0);
     let against = match &replay.sides[..] {
         [old, new] => {
-            let transition = Limits::check_transition(&old.limits, &new.limits, DEFAULT_GUARD);
+            let transition =
+                Limits::check_transition(&old.limits, &new.limits, Limits::DEFAULT_GUARD);
             // Nothing replayed, nothing to judge: no rollout or detector verdict from 0 requests.
             let ran = replay.requests > 0;
             let rollout = replay.rollout.as_ref().filter(|_| ran);

@@ -7,7 +7,7 @@
 //! pre-order walk.
 //!
 //! The same scan counts the items of the root's `policies` list and stops at the one past
-//! [`MAX_POLICIES`], before `serde_json` builds anything.
+//! [`MAX_POLICIES`](crate::limits::Limits::MAX_POLICIES), before `serde_json` builds anything.
 
 use core::fmt;
 use std::borrow::Cow;
@@ -45,9 +45,9 @@ pub(super) fn parse(text: &str) -> Result<Node<'_>, ConfigError> {
 /// Why the scan stopped before the end, at a byte offset.
 #[derive(Debug, PartialEq, Eq)]
 enum Stop {
-    /// The bracket that opens one level more than [`MAX_DEPTH`].
+    /// The bracket that opens one level more than [`MAX_DEPTH`](crate::limits::Limits::MAX_DEPTH).
     TooDeep(usize),
-    /// The start of the item of the root's `policies` list past [`MAX_POLICIES`].
+    /// The start of the item of the root's `policies` list past [`MAX_POLICIES`](crate::limits::Limits::MAX_POLICIES).
     TooManyPolicies(usize),
 }
 

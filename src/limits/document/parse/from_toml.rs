@@ -1,10 +1,10 @@
 //! TOML: the `toml` crate's own parser gives a tree with the span of every key and value. It
-//! stops by itself at its recursion limit (deeper than [`MAX_DEPTH`]); the walk here stops at
-//! [`MAX_DEPTH`].
+//! stops by itself at its recursion limit (deeper than [`MAX_DEPTH`](crate::limits::Limits::MAX_DEPTH)); the walk here stops at
+//! [`MAX_DEPTH`](crate::limits::Limits::MAX_DEPTH).
 //!
 //! That parser builds its whole tree before anything can be looked at, so the policies are
 //! counted first, by a scan of the text's tokens ([`count_policies`]) that stops at the one
-//! past [`MAX_POLICIES`].
+//! past [`MAX_POLICIES`](crate::limits::Limits::MAX_POLICIES).
 
 use std::borrow::Cow;
 
@@ -41,7 +41,7 @@ pub(super) fn parse(text: &str) -> Result<Node<'_>, ConfigError> {
 
 /// Counts the policies of a TOML text as the `toml` crate reads them — one per
 /// `[[policies]]` header, or the items of a `policies = [ … ]` array at the root — and
-/// stops at the one past [`MAX_POLICIES`]: `Err` with the byte offset where it starts.
+/// stops at the one past [`MAX_POLICIES`](crate::limits::Limits::MAX_POLICIES): `Err` with the byte offset where it starts.
 ///
 /// A scan of the `toml` crate's own tokens, in constant memory: a string or a comment is
 /// one token, so brackets in them are not seen. A text that is not valid TOML is counted
@@ -298,8 +298,8 @@ mod tests {
             |depth: usize| format!("a = {}{}", "[".repeat(depth - 1), "]".repeat(depth - 1));
         assert!(parse(&nested(MAX_DEPTH)).is_ok());
         let err = parse(&nested(MAX_DEPTH + 1)).unwrap_err(); // a test
-        assert_eq!(err.kind(), crate::ConfigErrorKind::TooDeep);
+        assert_eq!(err.kind(), crate::limits::ConfigErrorKind::TooDeep);
         let err = parse(&format!("{}b = 1", "a.".repeat(1000))).unwrap_err(); // a test
-        assert_eq!(err.kind(), crate::ConfigErrorKind::TooDeep);
+        assert_eq!(err.kind(), crate::limits::ConfigErrorKind::TooDeep);
     }
 }

@@ -1,5 +1,5 @@
 //! YAML: the tree is built here from `saphyr-parser`'s events, each with its position, so the
-//! limits apply as the parser goes: a collection opened deeper than [`MAX_DEPTH`] stops it
+//! limits apply as the parser goes: a collection opened deeper than [`MAX_DEPTH`](crate::limits::Limits::MAX_DEPTH) stops it
 //! (block indentation and flow brackets alike; brackets in quoted strings and comments are
 //! not events), and aliases are copied under a budget.
 //!
@@ -17,7 +17,7 @@
 //! string. A tag other than the core schema's (`!Tag value`) makes the value unusable.
 //!
 //! The items of the root's `policies` list are counted as they are built: the one past
-//! [`MAX_POLICIES`] stops the parser.
+//! [`MAX_POLICIES`](crate::limits::Limits::MAX_POLICIES) stops the parser.
 
 use std::borrow::Cow;
 use std::collections::HashMap;

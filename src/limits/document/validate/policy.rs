@@ -14,11 +14,7 @@ use crate::limits::document::model::Matcher;
 use crate::limits::document::parse::{Node, Value};
 use crate::limits::document::path::Path;
 
-/// The most policies marked `also` a document may have: 64. A request is checked against
-/// every one of them that matches ([`LimitsHandle::check_all`](crate::LimitsHandle::check_all)),
-/// so they bound the work of each request, where the other policies (one of which applies)
-/// do not; more is [`ConfigErrorKind::TooManyAlsoPolicies`](crate::ConfigErrorKind::TooManyAlsoPolicies).
-pub const MAX_ALSO_POLICIES: usize = 64;
+pub(crate) const MAX_ALSO_POLICIES: usize = 64;
 
 impl Walk {
     pub(super) fn policies(
@@ -77,7 +73,7 @@ impl Walk {
             let what = format!("{n} policies marked `also`, more than {MAX_ALSO_POLICIES}");
             let hint = format!(
                 "every request is checked against each one that matches: keep at most \
-                 {MAX_ALSO_POLICIES} (tollgate::MAX_ALSO_POLICIES), or give their limits to \
+                 {MAX_ALSO_POLICIES} (tollgate::limits::Limits::MAX_ALSO_POLICIES), or give their limits to \
                  fewer policies"
             );
             let (path, at) = (label.field("also"), first_past.also_at);

@@ -22,7 +22,8 @@ use std::time::Duration;
 
 use clap::ValueEnum;
 use serde::Serialize;
-use tollgate::{Backoff, Verdict};
+use tollgate::shaping::Backoff;
+use tollgate::Verdict;
 
 use super::record::Record;
 

@@ -4,10 +4,9 @@
 use std::time::Duration;
 
 use serde::Serialize;
-use tollgate::{
-    Baseline, Diff, FaultDetector, FaultEvent, HourSample, Limits, ManualClock, Rollout,
-    RolloutState,
-};
+use tollgate::limits::{Diff, Limits, Rollout, RolloutState};
+use tollgate::safety::{Baseline, FaultDetector, FaultEvent, HourSample};
+use tollgate::ManualClock;
 
 use super::tally::{key_hash, Tally};
 use super::time::rfc3339;
@@ -202,7 +201,7 @@ pub(super) fn rollout_marks(r: &Rollout, start: Duration) -> Vec<(f64, usize, St
 pub(super) fn compare(
     old: &Side,
     new: &Side,
-    transition: Result<tollgate::Diff, tollgate::ConfigErrors>,
+    transition: Result<tollgate::limits::Diff, tollgate::limits::ConfigErrors>,
     rollout: Option<&Rollout>,
     detector: Option<&(FaultDetector, Events)>,
     start: Duration,

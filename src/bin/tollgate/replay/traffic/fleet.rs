@@ -4,7 +4,8 @@
 //! key: spreading by key would give each key one instance and hide the N× admission.
 
 use serde::Serialize;
-use tollgate::{Check, Limits, LimitsHandle, ManualClock};
+use tollgate::limits::{Limits, LimitsHandle};
+use tollgate::{Check, ManualClock};
 
 use super::record::Record;
 use super::tally::{HashSet64, MAX_EVER_DENIED};

@@ -3,7 +3,8 @@
 
 use std::path::Path;
 
-use tollgate::{Check, Limits, LimitsHandle, ManualClock, Verdict};
+use tollgate::limits::{Limits, LimitsHandle};
+use tollgate::{Check, ManualClock, Verdict};
 
 use super::clients::Outcomes;
 use super::fleet::Fleet;

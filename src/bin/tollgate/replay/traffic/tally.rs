@@ -5,7 +5,8 @@ use std::hash::{BuildHasher, BuildHasherDefault, Hasher, RandomState};
 use std::sync::OnceLock;
 
 use serde::Serialize;
-use tollgate::{MultiDecision, PassReason, Shadow, Verdict};
+use tollgate::limits::MultiDecision;
+use tollgate::{PassReason, Shadow, Verdict};
 
 use crate::replay::sim::Bucket;
 
