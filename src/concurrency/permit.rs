@@ -19,10 +19,10 @@ use super::keyed::KeyedCore;
 /// use tollgate::concurrency::ConcurrencyLimiter;
 ///
 /// let lim = ConcurrencyLimiter::new(NonZeroU32::new(1).unwrap());
-/// let caught = std::panic::catch_unwind(|| {
+/// let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
 ///     let _permit = lim.try_acquire().unwrap();
 ///     panic!("the handler failed");
-/// });
+/// }));
 /// assert!(caught.is_err());
 /// assert_eq!(lim.in_flight(), 0); // given back while unwinding
 /// # Ok::<(), tollgate::concurrency::Saturated>(())
