@@ -194,7 +194,7 @@ struct ReadmeDoctests;
 // The layers, bottom to top: engine, safety, shaping, limiter, limits; then, each behind its
 // feature and in a folder of its own, `redis` (limits shared across instances), `metrics`
 // (observability) and, on top, `http` (tower middleware). The CLI lives in `bin/`.
-/// Concurrency limits: permits in flight, direct and per key (issue 31).
+// Concurrency limits: permits in flight, direct and per key (issue 31).
 pub mod concurrency;
 mod engine;
 mod limiter;
