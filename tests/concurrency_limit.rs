@@ -4,7 +4,7 @@
 
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Barrier};
+use std::sync::Barrier;
 
 use tollgate::concurrency::{
     ConcurrencyLimiter, KeyedConcurrencyLimiter, LimitError, Permit, SaturatedReason,
@@ -272,6 +272,7 @@ fn a_million_one_off_keys_stay_bounded() {
 mod waits {
     use super::*;
     use std::future::Future;
+    use std::sync::Arc;
     use std::pin::pin;
     use std::task::{Context, Poll, Waker};
     use std::time::Duration;
