@@ -272,8 +272,8 @@ fn a_million_one_off_keys_stay_bounded() {
 mod waits {
     use super::*;
     use std::future::Future;
-    use std::sync::Arc;
     use std::pin::pin;
+    use std::sync::Arc;
     use std::task::{Context, Poll, Waker};
     use std::time::Duration;
 
