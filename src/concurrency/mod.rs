@@ -57,6 +57,11 @@
 use core::fmt;
 use core::time::Duration;
 
+/// The guide's examples run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/concurrency.md")]
+struct GuideDoctests;
+
 mod direct;
 mod keyed;
 mod permit;
