@@ -14,7 +14,11 @@ mod harness;
 #[path = "common/load.rs"]
 mod load;
 
+use std::convert::Infallible;
+use std::future::Future;
 use std::num::NonZeroU32;
+use std::pin::pin;
+use std::task::{Context, Poll, Waker};
 
 use harness::{arm, ratio, sink, timed, Case, Report, Settings, Target};
 use load::Load;
@@ -67,6 +71,61 @@ fn direct(s: &Settings, c: &mut criterion::Criterion, report: &mut Report) {
                 "tokio-semaphore",
                 Some(Target::AtMost(1.5)),
             )],
+            criterion: true,
+        },
+    );
+}
+
+/// One request through a service: ready, called, its response future polled to completion.
+#[inline]
+fn serve<S: tower::Service<u64>>(svc: &mut S, cx: &mut Context<'_>, i: u64) {
+    match svc.poll_ready(cx) {
+        Poll::Ready(Ok(())) => {}
+        _ => panic!("the service is always ready"),
+    }
+    let mut fut = pin!(svc.call(i));
+    while fut.as_mut().poll(cx).is_pending() {}
+}
+
+/// The same trivial service behind tower's `ConcurrencyLimit` (its semaphore permit taken in
+/// `poll_ready`, held by the response future), and behind a `try_acquire` whose permit is held
+/// across the call: what a layer on the concurrency limiter adds at the least.
+fn layer(s: &Settings, c: &mut criterion::Criterion, report: &mut Report) {
+    let name = "concurrency/layer";
+    if !s.wants(name, &["tollgate", "tower-limit"]) {
+        return;
+    }
+    let inner = || tower::service_fn(|x: u64| std::future::ready(Ok::<_, Infallible>(x)));
+    let mut tower_svc = tower::limit::ConcurrencyLimit::new(inner(), 1_000);
+    let mut plain = inner();
+    let lim = ConcurrencyLimiter::new(nz(1_000));
+    report.run(
+        s,
+        c,
+        Case {
+            name: name.into(),
+            iters: s.iters(1_000_000),
+            arms: vec![
+                arm("tollgate", |n| {
+                    let mut cx = Context::from_waker(Waker::noop());
+                    let mut i = 0;
+                    timed(n, || {
+                        let permit = lim.try_acquire();
+                        serve(&mut plain, &mut cx, i);
+                        drop(permit);
+                        i += 1;
+                    })
+                }),
+                arm("tower-limit", |n| {
+                    let mut cx = Context::from_waker(Waker::noop());
+                    let mut i = 0;
+                    timed(n, || {
+                        serve(&mut tower_svc, &mut cx, i);
+                        i += 1;
+                    })
+                }),
+            ],
+            ratios: vec![ratio("tollgate", "tower-limit", Some(Target::AtMost(1.0)))],
             criterion: true,
         },
     );
@@ -130,9 +189,12 @@ fn main() {
         "direct: try_acquire + drop of one permit on an uncontended limiter of 1,000, against \
          tokio's Semaphore::try_acquire + drop of the SemaphorePermit. keyed: u64 keys 0..10k \
          round-robin, try_acquire_key + drop, against KeyedRateLimiter::check_key on 10k live \
-         keys (1/s, burst 10^9).",
+         keys (1/s, burst 10^9). layer: a trivial tower service_fn behind tower's \
+         ConcurrencyLimit (1,000) against the same service called while holding a \
+         try_acquire permit (1,000): poll_ready, call, the ready response polled, per check.",
     );
     direct(&s, &mut c, &mut report);
+    layer(&s, &mut c, &mut report);
     keyed(&s, &mut c, &mut report, true);
     keyed(&s, &mut c, &mut report, false);
     println!("{}", report.render("concurrency", &load));
