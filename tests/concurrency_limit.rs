@@ -414,4 +414,57 @@ mod waits {
         drop(held);
         assert_eq!(keyed.keys(), 0);
     }
+
+    /// Tasks on two worker threads queue and release against each other: every wait ends
+    /// (a lost wake-up would leave one parked: the guard's timeout is only against a hang),
+    /// and the permits out never exceed the limit.
+    #[test]
+    fn waits_under_threads_lose_no_wake_up_and_never_exceed_the_limit() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_time()
+            .build()
+            .unwrap();
+        let lim = ConcurrencyLimiter::new(nz(2));
+        let keyed = KeyedConcurrencyLimiter::<u64>::new(nz(2));
+        let held = Arc::new(AtomicU32::new(0));
+        let max = Arc::new(AtomicU32::new(0));
+        rt.block_on(async {
+            let tasks: Vec<_> = (0..8)
+                .map(|t| {
+                    let (lim, keyed, held, max) =
+                        (lim.clone(), keyed.clone(), held.clone(), max.clone());
+                    tokio::spawn(async move {
+                        for _ in 0..2_000 {
+                            let p = if t % 2 == 0 {
+                                lim.acquire().await.unwrap()
+                            } else {
+                                keyed.acquire_key(&1).await.unwrap()
+                            };
+                            if t % 2 == 0 {
+                                let now = held.fetch_add(1, Ordering::SeqCst) + 1;
+                                max.fetch_max(now, Ordering::SeqCst);
+                                tokio::task::yield_now().await;
+                                held.fetch_sub(1, Ordering::SeqCst);
+                            } else {
+                                tokio::task::yield_now().await;
+                            }
+                            drop(p);
+                        }
+                    })
+                })
+                .collect();
+            let all = async {
+                for t in tasks {
+                    t.await.unwrap();
+                }
+            };
+            tokio::time::timeout(Duration::from_secs(120), all)
+                .await
+                .expect("a waiter was never woken");
+        });
+        assert!(max.load(Ordering::SeqCst) <= 2);
+        assert_eq!((lim.in_flight(), lim.waiting()), (0, 0));
+        assert_eq!((keyed.in_flight_key(&1), keyed.keys()), (0, 0));
+    }
 }

@@ -163,6 +163,10 @@ impl ConcurrencyLimiter {
         let start = tokio::time::Instant::now();
         let id = core.with(|q, _| {
             let id = q.push(class);
+            // Published before the grant attempt (both sequentially consistent): a release
+            // that reads no waiter came before this store, so the attempt below sees its slot.
+            // (Stored after the attempt, a release between the two would wake nobody.)
+            core.waiting.store(q.waiting(), Ordering::SeqCst);
             core.grant(q);
             id
         });
