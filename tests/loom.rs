@@ -581,3 +581,26 @@ fn permit_release_races_a_raise() {
         assert_eq!(lim.limit(), 3);
     });
 }
+
+/// A waiter queues (feature `tokio`'s `acquire`, without the runtime) while the only permit
+/// is released: whichever comes first, the waiter ends up granted — by its own grant attempt
+/// or by the release's. Weakened once, the waiter's flag set after its grant attempt instead
+/// of before fails this model (the release reads no flag, the attempt saw no slot: a slot
+/// free and a waiter parked forever). So did a first design with the waiter count in an
+/// atomic of its own (a store-buffering pattern across two locations, which loom's model
+/// does not order even under `SeqCst`): hence the flag in the count's own word.
+#[test]
+fn concurrency_wait_loses_no_wake_up() {
+    explore("concurrency_wait_loses_no_wake_up", 3, || {
+        let lim = ConcurrencyLimiter::new(nz(1));
+        let held = lim.try_acquire().expect("an empty limiter has a slot");
+        let releaser = thread::spawn(move || drop(held));
+        let id = lim.loom_enqueue();
+        releaser.join().expect("no panic");
+        assert!(
+            lim.loom_leave(id),
+            "the waiter was never granted the freed slot"
+        );
+        assert_eq!((lim.in_flight(), lim.waiting()), (0, 0));
+    });
+}

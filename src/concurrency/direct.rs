@@ -16,14 +16,21 @@ use crate::sync::Mutex;
 
 /// The shared state of a [`ConcurrencyLimiter`] and its clones and permits.
 pub(crate) struct Core {
-    /// `limit << 32 | in_flight`. In flight never exceeds `u32::MAX` (an acquire needs it
-    /// below a limit that is a `u32`), so a `+ 1` never carries into the limit, and a release
-    /// only subtracts a count that an acquire added.
+    /// `limit << 32 | QUEUED? | in_flight` (31 bits). In flight never exceeds
+    /// [`MAX_IN_FLIGHT`] (an acquire needs it below the slots, which are capped there), so a
+    /// `+ 1` never carries into the flag, and a release only subtracts a count that an
+    /// acquire added.
+    ///
+    /// The flag says waiters are queued (set and cleared under `queue`'s lock). It lives in
+    /// the word so that a release learns it from its own `fetch_sub`: a waiter sets it with a
+    /// `fetch_or` *before* its grant attempt, and both are read-modify-writes of one
+    /// location, so either the release comes first (and the attempt, which reads the word
+    /// after the `fetch_or`, sees the freed slot) or it sees the flag and grants. No wake-up
+    /// is lost without any ordering across two atomics (`concurrency_wait_loses_no_wake_up`).
     word: AtomicU64,
-    /// How many waiters are queued (written under `queue`'s lock), read without it by a
-    /// release to skip the lock when nobody waits. Sequentially consistent with the word's
-    /// operations: a release that reads 0 here came before the waiter's enqueue, whose grant
-    /// attempt then sees the released slot.
+    /// How many waiters are queued (written under `queue`'s lock), for [`waiting`].
+    ///
+    /// [`waiting`]: ConcurrencyLimiter::waiting
     pub(super) waiting: AtomicUsize,
     pub(super) queue: Mutex<WaitQueue>,
     priorities: Option<Priorities>,
@@ -31,15 +38,26 @@ pub(crate) struct Core {
     pub(super) max_wait: Option<Duration>,
 }
 
+/// The word's bit saying waiters are queued.
+const QUEUED: u64 = 1 << 31;
+
+/// The most permits a limiter hands out at once, whatever its limit: 2^31 − 1 (the count's
+/// bits in the word).
+pub(super) const MAX_IN_FLIGHT: u32 = (1 << 31) - 1;
+
 #[inline]
 fn split(word: u64) -> (u32, u32) {
-    // The halves of the word, by construction.
-    ((word >> 32) as u32, word as u32)
+    // The limit and the count, by construction (the count's 31 bits).
+    (
+        (word >> 32) as u32,
+        (word & u64::from(MAX_IN_FLIGHT)) as u32,
+    )
 }
 
 impl Core {
     #[inline]
     fn slots(&self, limit: u32, class: u8) -> u32 {
+        let limit = limit.min(MAX_IN_FLIGHT);
         match &self.priorities {
             None => limit,
             Some(p) => p.reserve_of(class).slots(limit),
@@ -49,6 +67,8 @@ impl Core {
     /// Takes one slot for `class` if one is open: the one step that admits.
     #[inline]
     pub(super) fn take(&self, class: u8) -> Result<(), Saturated> {
+        // A waiter's attempt reads the word after its own `fetch_or` of the flag (coherence
+        // on one location: no stronger ordering needed).
         let mut w = self.word.load(Ordering::Relaxed);
         loop {
             let (limit, n) = split(w);
@@ -58,7 +78,7 @@ impl Core {
             }
             match self
                 .word
-                .compare_exchange_weak(w, w + 1, Ordering::SeqCst, Ordering::Relaxed)
+                .compare_exchange_weak(w, w + 1, Ordering::AcqRel, Ordering::Relaxed)
             {
                 Ok(_) => return Ok(()),
                 Err(now) => w = now,
@@ -69,38 +89,60 @@ impl Core {
     /// Gives one slot back, and hands it on to a waiter if any is queued.
     #[inline]
     pub(crate) fn release(&self) {
-        self.word.fetch_sub(1, Ordering::SeqCst);
-        if self.waiting.load(Ordering::SeqCst) != 0 {
+        if self.word.fetch_sub(1, Ordering::AcqRel) & QUEUED != 0 {
             self.grant(&mut self.queue.lock());
         }
+    }
+
+    /// Queues a waiter of `class` and tries to grant it (and any earlier one) a slot at
+    /// once: its ticket.
+    #[cfg_attr(not(any(feature = "tokio", loom)), allow(dead_code))] // reason: the waits'
+    pub(super) fn enqueue(&self, class: u8) -> u64 {
+        let mut q = self.queue.lock();
+        let id = q.push(class);
+        // The flag is set before the grant attempt (see `word`). Set after it, a release in
+        // between would wake nobody: the model `concurrency_wait_loses_no_wake_up` fails so.
+        self.word.fetch_or(QUEUED, Ordering::AcqRel);
+        self.grant(&mut q);
+        id
     }
 
     /// Gives one slot back with the queue's lock held.
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))] // reason: the waits' (feature tokio)
     pub(super) fn release_locked(&self, q: &mut WaitQueue) {
-        self.word.fetch_sub(1, Ordering::SeqCst);
+        self.word.fetch_sub(1, Ordering::AcqRel);
         self.grant(q);
     }
 
     /// Grants open slots to the queued waiters (the queue's lock held).
     pub(super) fn grant(&self, q: &mut WaitQueue) {
         q.grant(|class| self.take(class));
-        self.waiting.store(q.waiting(), Ordering::SeqCst);
+        self.published(q);
+    }
+
+    /// Publishes the queue's count of waiters (its lock held), clearing the flag when none
+    /// is left.
+    pub(super) fn published(&self, q: &WaitQueue) {
+        let n = q.waiting();
+        self.waiting.store(n, Ordering::Release);
+        if n == 0 {
+            self.word.fetch_and(!QUEUED, Ordering::AcqRel);
+        }
     }
 
     /// The refusal `class` would get now.
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))] // reason: the waits' (feature tokio)
     pub(super) fn refusal(&self, class: u8) -> Saturated {
-        let (limit, n) = split(self.word.load(Ordering::SeqCst));
+        let (limit, n) = split(self.word.load(Ordering::Acquire));
         Saturated::limit_reached(limit, n, self.slots(limit, class))
     }
 
     pub(super) fn in_flight(&self) -> u32 {
-        split(self.word.load(Ordering::SeqCst)).1
+        split(self.word.load(Ordering::Acquire)).1
     }
 
     pub(super) fn limit(&self) -> u32 {
-        split(self.word.load(Ordering::SeqCst)).0
+        split(self.word.load(Ordering::Acquire)).0
     }
 }
 
@@ -134,7 +176,7 @@ pub struct ConcurrencyLimiter {
 
 impl ConcurrencyLimiter {
     /// A limiter of `limit` permits, no priority classes, and (feature `tokio`) waits with
-    /// no bound.
+    /// no bound. Whatever the limit, at most 2^31 − 1 permits are out at once.
     pub fn new(limit: NonZeroU32) -> Self {
         Self::builder(limit).build()
     }
@@ -215,7 +257,7 @@ impl ConcurrencyLimiter {
 
     /// Waiters queued in [`acquire`](Self::acquire) (feature `tokio`).
     pub fn waiting(&self) -> usize {
-        self.core.waiting.load(Ordering::SeqCst)
+        self.core.waiting.load(Ordering::Acquire)
     }
 
     /// Changes the limit, live. Lowering it revokes nothing: the permits out stay valid and
@@ -245,13 +287,13 @@ impl ConcurrencyLimiter {
             let new = u64::from(limit.get()) << 32 | (w & u64::from(u32::MAX));
             match core
                 .word
-                .compare_exchange_weak(w, new, Ordering::SeqCst, Ordering::Relaxed)
+                .compare_exchange_weak(w, new, Ordering::AcqRel, Ordering::Relaxed)
             {
                 Ok(_) => break,
                 Err(now) => w = now,
             }
         }
-        if core.waiting.load(Ordering::SeqCst) != 0 {
+        if w & QUEUED != 0 {
             core.grant(&mut core.queue.lock());
         }
     }
@@ -265,6 +307,27 @@ impl ConcurrencyLimiter {
         let limit = NonZeroU32::new(limit).ok_or(LimitError::Zero)?;
         self.set_limit(limit);
         Ok(())
+    }
+}
+
+/// Hooks for `tests/loom.rs`: the waits' queue protocol without an async runtime.
+#[cfg(loom)]
+impl ConcurrencyLimiter {
+    /// Queues a waiter of class 0, as `acquire` does when no slot is open.
+    #[doc(hidden)]
+    pub fn loom_enqueue(&self) -> u64 {
+        self.core.enqueue(0)
+    }
+
+    /// Takes ticket `id` out of the queue: whether it had been granted a slot (which the
+    /// caller then owns: dropped here as a permit would be).
+    #[doc(hidden)]
+    pub fn loom_leave(&self, id: u64) -> bool {
+        let granted = self.core.queue.lock().leave(id) == super::queue::Left::Granted;
+        if granted {
+            self.core.release();
+        }
+        granted
     }
 }
 

@@ -31,7 +31,7 @@ impl Line for Core {
     fn with<R>(&self, f: impl FnOnce(&mut WaitQueue, &dyn Fn(&mut WaitQueue)) -> R) -> R {
         let mut q = self.queue.lock();
         let r = f(&mut q, &|q| self.release_locked(q));
-        self.waiting.store(q.waiting(), Ordering::SeqCst);
+        self.published(&q);
         r
     }
 
@@ -157,19 +157,11 @@ impl ConcurrencyLimiter {
     pub async fn acquire_class(&self, class: u8) -> Result<Permit, Saturated> {
         let core: &Core = &self.core;
         // Behind any earlier waiter: fair among waiters.
-        if core.waiting.load(Ordering::SeqCst) == 0 && core.take(class).is_ok() {
+        if core.waiting.load(Ordering::Acquire) == 0 && core.take(class).is_ok() {
             return Ok(Permit::direct(Arc::clone(&self.core)));
         }
         let start = tokio::time::Instant::now();
-        let id = core.with(|q, _| {
-            let id = q.push(class);
-            // Published before the grant attempt (both sequentially consistent): a release
-            // that reads no waiter came before this store, so the attempt below sees its slot.
-            // (Stored after the attempt, a release between the two would wake nobody.)
-            core.waiting.store(q.waiting(), Ordering::SeqCst);
-            core.grant(q);
-            id
-        });
+        let id = core.enqueue(class);
         let mut ticket = Ticket {
             line: core,
             id,
