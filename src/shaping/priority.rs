@@ -44,6 +44,8 @@ const PPM: u32 = 1_000_000;
 ///   (attaching and [`set_quota`](crate::RateLimiter::set_quota) cannot fail) gives that
 ///   class one unit of capacity instead of none: it may then reach into the reserve by less
 ///   than one unit.
+/// * On a concurrency limiter ([`ConcurrencyLimiterBuilder::priorities`](crate::concurrency::ConcurrencyLimiterBuilder::priorities)),
+///   a class with reserve `r` may hold at most `max(1, ⌊limit·(1 − r)⌋)` of the permits.
 /// * While the limiter passes traffic through (a fault detector or watchdog tripped), classes
 ///   are not applied: the pass-through ceiling applies to every class alike.
 ///
