@@ -169,6 +169,26 @@ fn set_limit_racing_acquires_never_exceeds_the_highest_limit() {
 }
 
 #[test]
+fn keyed_set_limit_racing_acquires_never_exceeds_the_highest_limit() {
+    let lim = KeyedConcurrencyLimiter::<u64>::new(nz(3));
+    let stop = AtomicBool::new(false);
+    let max = std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut i = 0u32;
+            while !stop.load(Ordering::SeqCst) {
+                lim.set_limit(nz(1 + i % 3));
+                i = i.wrapping_add(1);
+            }
+        });
+        let max = hammer(7, 30_000, |_| lim.try_acquire_key(&5).ok());
+        stop.store(true, Ordering::SeqCst);
+        max
+    });
+    assert!((1..=3).contains(&max), "max in flight {max}");
+    assert_eq!((lim.in_flight_key(&5), lim.keys()), (0, 0));
+}
+
+#[test]
 fn lowering_the_limit_drains_and_never_revokes() {
     let lim = ConcurrencyLimiter::new(nz(6));
     let mut held: Vec<Permit> = (0..6).map(|_| lim.try_acquire().unwrap()).collect();
