@@ -250,6 +250,9 @@ impl<K> KeyedConcurrencyLimiter<K> {
 
     /// A permit for `key` if it has a slot open, at once (class 0).
     ///
+    /// This never waits, and may take a slot that frees while others wait in
+    /// [`acquire_key`](Self::acquire_key) (feature `tokio`): the queue is fair among waiters.
+    ///
     /// # Errors
     ///
     /// [`Saturated`]: the key's slots are all taken, or the key is new and the table holds

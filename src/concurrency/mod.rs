@@ -15,7 +15,8 @@
 //! # Exactness
 //!
 //! A direct limiter keeps the limit and the count in flight in **one** 64-bit word
-//! (`limit << 32 | in_flight`). An acquire is one compare-and-swap of that word that succeeds
+//! (`limit << 32 | in_flight`, with one bit of the lower half saying waiters are queued, so
+//! that a release learns it from its own subtraction and no wake-up is lost). An acquire is one compare-and-swap of that word that succeeds
 //! only if the count it replaces is below the slots open to its class *under the limit in
 //! the same word*; a release is one `fetch_sub`; [`set_limit`](ConcurrencyLimiter::set_limit)
 //! is a compare-and-swap of the upper half. Every acquire is therefore ordered against every
