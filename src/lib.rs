@@ -40,7 +40,7 @@
 //! | builders, key-table bounds, admission of new keys | [`limiter`] | |
 //! | the limiter to stand aside when *it* is the fault; a clock watchdog; a success rate that counts 429s | [`safety`] | |
 //! | retry budgets, client backoff with jitter, priority classes | [`shaping`] | |
-//! | a limit on requests in flight (per key, or one counter) | `concurrency` | `tokio` to wait |
+//! | a limit on requests in flight (per key, or one counter) | [`concurrency`] | `tokio` to wait |
 //! | limits as a document: validation, diffs, hot reload, staged rollout | [`limits`] | `config` |
 //! | tower / axum middleware: keys, 429s, `Retry-After`, IETF `RateLimit` fields | [`http`] | `tower`, `axum` |
 //! | one limit shared by every instance, through Redis (Cluster, TLS) | [`redis`] | `redis` |
@@ -149,12 +149,14 @@
 struct ReadmeDoctests;
 
 // The layers, bottom to top: engine (private: its types are re-exported here), safety, shaping,
-// limiter, limits; then, each behind its feature, `redis` (limits shared across instances),
-// `metrics` (observability) and, on top, `http` (tower middleware). The CLI lives in `bin/`.
+// limiter and concurrency, limits; then, each behind its feature, `redis` (limits shared across
+// instances), `metrics` (observability) and, on top, `http` (tower middleware). The CLI lives in
+// `bin/`.
 mod engine;
 // Every atomic, lock and thread-local: std's and parking_lot's, or loom's under `cfg(loom)`.
 mod sync;
 
+pub mod concurrency;
 pub mod limiter;
 pub mod safety;
 pub mod shaping;

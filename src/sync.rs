@@ -32,9 +32,9 @@ pub(crate) use loom::thread::yield_now;
 pub(crate) use std::thread::yield_now;
 
 #[cfg(loom)]
-pub(crate) use self::model::{Mutex, RwLock};
+pub(crate) use self::model::{Mutex, MutexGuard, RwLock};
 #[cfg(not(loom))]
-pub(crate) use parking_lot::{Mutex, RwLock};
+pub(crate) use parking_lot::{Mutex, MutexGuard, RwLock};
 
 /// `static NAME: T = init;` items: const-built statics normally; under loom, built lazily
 /// once per model run (`loom::lazy_static!`), since loom's constructors are not `const` and

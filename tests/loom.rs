@@ -473,3 +473,134 @@ fn slot_admission_never_displaces_a_live_key() {
         assert!(lim.len() <= 3);
     });
 }
+
+// Concurrency limits (issue 31): `tollgate::concurrency`.
+
+use std::num::NonZeroU32;
+
+use tollgate::concurrency::{ConcurrencyLimiter, KeyedConcurrencyLimiter};
+
+fn nz(n: u32) -> NonZeroU32 {
+    NonZeroU32::new(n).expect("a non-zero limit in a model") // a test: a panic is the test failing
+}
+
+/// Two threads race for the last slot of a limit of 2 (one held from the start): exactly one
+/// wins, and the count is exact at the end. Weakened once, the acquire's compare-and-swap
+/// made a load and a store (`word.store(w + 1)` after the check) fails this model: both
+/// threads see 1 in flight and both take the slot (3 permits out of a limit of 2).
+#[test]
+fn concurrency_acquires_never_exceed_the_limit() {
+    explore("concurrency_acquires_never_exceed_the_limit", 3, || {
+        let lim = ConcurrencyLimiter::new(nz(2));
+        let held = lim.try_acquire().expect("an empty limiter has a slot");
+        let threads: Vec<_> = (0..2)
+            .map(|_| {
+                let lim = lim.clone();
+                thread::spawn(move || lim.try_acquire().ok())
+            })
+            .collect();
+        let won: Vec<_> = threads
+            .into_iter()
+            .filter_map(|t| t.join().expect("no panic"))
+            .collect();
+        assert_eq!(won.len(), 1);
+        assert_eq!(lim.in_flight(), 2);
+        drop((won, held));
+        assert_eq!(lim.in_flight(), 0);
+    });
+}
+
+/// `set_limit` lowering 2 -> 1 races an acquire while a release frees a slot. The limit and
+/// the count are one word, so whichever comes first, at most one permit is out under the
+/// lowered limit: the acquire either took its slot before the change (and the other one is
+/// then refused) or saw the new limit at its compare-and-swap. (A design with the limit in
+/// an atomic of its own admits both: the acquire reads 2, the limit drops to 1, the held
+/// permit is released and re-taken, and the acquire's swap of the count still succeeds.)
+#[test]
+fn concurrency_set_limit_races_an_acquire() {
+    explore("concurrency_set_limit_races_an_acquire", 3, || {
+        let lim = ConcurrencyLimiter::new(nz(2));
+        let held = lim.try_acquire().expect("an empty limiter has a slot");
+        let racer = {
+            let lim = lim.clone();
+            thread::spawn(move || lim.try_acquire().ok())
+        };
+        lim.set_limit(nz(1));
+        drop(held);
+        let again = lim.try_acquire().ok();
+        let raced = racer.join().expect("no panic");
+        let out = usize::from(again.is_some()) + usize::from(raced.is_some());
+        assert_eq!(out, 1, "exactly one permit under the lowered limit");
+        assert_eq!(lim.in_flight(), 1);
+        assert_eq!(lim.limit(), 1);
+    });
+}
+
+/// A permit's release forgets its key (count 0: the entry is removed) while two threads
+/// acquire the same key: no count is lost, the key never has two entries, and all of it is
+/// forgotten once the permits are dropped. Weakened once, the release forgetting a key at a
+/// count of 1 instead of 0 (the entry removed with a permit still out) fails this model: the
+/// count left after the racing acquires is 1 short.
+#[test]
+fn permit_forget_key_races_an_acquire() {
+    explore("permit_forget_key_races_an_acquire", 3, || {
+        let lim = KeyedConcurrencyLimiter::<u64>::new(nz(2));
+        let held = lim.try_acquire_key(&7).expect("a new key has a slot");
+        let releaser = thread::spawn(move || drop(held));
+        let other = {
+            let lim = lim.clone();
+            thread::spawn(move || lim.try_acquire_key(&7).ok())
+        };
+        let mine = lim.try_acquire_key(&7).ok();
+        releaser.join().expect("no panic");
+        let theirs = other.join().expect("no panic");
+        // The limit is 2: at most one was refused (while the first permit was still out).
+        let out = u32::from(mine.is_some()) + u32::from(theirs.is_some());
+        assert!(out >= 1);
+        assert_eq!(lim.in_flight_key(&7), out);
+        assert_eq!(lim.keys(), 1);
+        drop((mine, theirs));
+        assert_eq!((lim.in_flight_key(&7), lim.keys()), (0, 0));
+    });
+}
+
+/// Raising the limit while a permit is released: the count stays exact and the new limit
+/// holds (`set_limit`'s swap keeps the count half, the release's subtraction the limit half).
+/// The load-and-store mutation of the acquire above fails this model and the one before too.
+#[test]
+fn permit_release_races_a_raise() {
+    explore("permit_release_races_a_raise", 3, || {
+        let lim = ConcurrencyLimiter::new(nz(1));
+        let held = lim.try_acquire().expect("an empty limiter has a slot");
+        let releaser = thread::spawn(move || drop(held));
+        lim.set_limit(nz(3));
+        let a = lim.try_acquire().ok();
+        releaser.join().expect("no panic");
+        assert!(a.is_some());
+        assert_eq!(lim.in_flight(), 1);
+        assert_eq!(lim.limit(), 3);
+    });
+}
+
+/// A waiter queues (feature `tokio`'s `acquire`, without the runtime) while the only permit
+/// is released: whichever comes first, the waiter ends up granted — by its own grant attempt
+/// or by the release's. Weakened once, the waiter's flag set after its grant attempt instead
+/// of before fails this model (the release reads no flag, the attempt saw no slot: a slot
+/// free and a waiter parked forever). So did a first design with the waiter count in an
+/// atomic of its own (a store-buffering pattern across two locations, which loom's model
+/// does not order even under `SeqCst`): hence the flag in the count's own word.
+#[test]
+fn concurrency_wait_loses_no_wake_up() {
+    explore("concurrency_wait_loses_no_wake_up", 3, || {
+        let lim = ConcurrencyLimiter::new(nz(1));
+        let held = lim.try_acquire().expect("an empty limiter has a slot");
+        let releaser = thread::spawn(move || drop(held));
+        let id = lim.loom_enqueue();
+        releaser.join().expect("no panic");
+        assert!(
+            lim.loom_leave(id),
+            "the waiter was never granted the freed slot"
+        );
+        assert_eq!((lim.in_flight(), lim.waiting()), (0, 0));
+    });
+}

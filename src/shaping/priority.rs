@@ -44,6 +44,8 @@ const PPM: u32 = 1_000_000;
 ///   (attaching and [`set_quota`](crate::RateLimiter::set_quota) cannot fail) gives that
 ///   class one unit of capacity instead of none: it may then reach into the reserve by less
 ///   than one unit.
+/// * On a concurrency limiter ([`ConcurrencyLimiterBuilder::priorities`](crate::concurrency::ConcurrencyLimiterBuilder::priorities)),
+///   a class with reserve `r` may hold at most `max(1, ⌊limit·(1 − r)⌋)` of the permits.
 /// * While the limiter passes traffic through (a fault detector or watchdog tripped), classes
 ///   are not applied: the pass-through ceiling applies to every class alike.
 ///
@@ -287,6 +289,20 @@ impl Reserve {
         p.at_least_one_unit(self.share_of(p.tau))
     }
 
+    /// The slots a class may fill of a concurrency limit of `limit` permits:
+    /// `⌊limit·(10^6 − r)/10^6⌋`, rounded down so that a class never reaches into the
+    /// reserve, and never less than one slot (no class is left unable to run). A class with
+    /// no reserve (class 0 by default) has the whole limit.
+    #[inline]
+    pub(crate) fn slots(self, limit: u32) -> u32 {
+        if self.0 == 0 {
+            return limit;
+        }
+        // limit·keep < 2^32·2^20 fits u64, and the quotient is at most `limit`.
+        let keep = u64::from(limit) * u64::from(PPM - self.0) / u64::from(PPM);
+        u32::try_from(keep).unwrap_or(limit).max(1)
+    }
+
     /// `⌊τ·(10^6 − r)/10^6⌋`: rounded down, so a class never reaches into the reserve.
     #[inline]
     fn share_of(self, tau: u64) -> u64 {
@@ -333,6 +349,19 @@ mod tests {
         let p = Params::request(1, 1_000);
         assert_eq!(Reserve::NONE.tolerance(&p), 1_000);
         assert_eq!(Reserve(200_000).tolerance(&p), 800);
+    }
+
+    #[test]
+    fn slots_round_down_keep_one_and_keep_class_zero_whole() {
+        assert_eq!(Reserve::NONE.slots(10), 10);
+        assert_eq!(Reserve::NONE.slots(u32::MAX), u32::MAX);
+        assert_eq!(Reserve(200_000).slots(10), 8);
+        assert_eq!(Reserve(500_000).slots(10), 5);
+        assert_eq!(Reserve(333_333).slots(10), 6);
+        // Never below one slot.
+        assert_eq!(Reserve(950_000).slots(10), 1);
+        assert_eq!(Reserve(999_999).slots(1), 1);
+        assert_eq!(Reserve(999_999).slots(u32::MAX), 4_294);
     }
 
     #[test]
