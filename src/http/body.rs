@@ -3,6 +3,7 @@
 
 use bytes::Bytes;
 
+use super::inflight::Held;
 use super::response::RateLimitBody;
 
 mod sealed {
@@ -24,6 +25,12 @@ pub trait BodyMode<B>: sealed::Sealed + Send + Sync + 'static {
     /// The layer's own body (a rejection's problem document; empty for gRPC).
     #[doc(hidden)]
     fn own(data: Bytes) -> Self::Body;
+
+    /// The inner service's body with the request's concurrency permits: held until the body
+    /// ends where the mode can carry them, else given back now.
+    #[doc(hidden)]
+    #[allow(private_interfaces)] // reason: sealed; the layer's own type, never named outside
+    fn holding(body: B, held: Option<Box<Held>>) -> Self::Body;
 }
 
 /// The default: every response's body is a [`RateLimitBody`], which holds the inner
@@ -33,7 +40,9 @@ pub trait BodyMode<B>: sealed::Sealed + Send + Sync + 'static {
 pub struct WrappedBody;
 
 /// Responses keep the inner service's own body type `B`; the layer builds its rejections'
-/// bodies with `B::from(Bytes)`. For bodies that can be built from bytes — axum's `Body`,
+/// bodies with `B::from(Bytes)`. A concurrency limit's permit is then given back when the
+/// inner service's response head is ready, not when its body ends (the body's own type
+/// cannot carry it). For bodies that can be built from bytes — axum's `Body`,
 /// `http_body_util::Full<Bytes>`, `String` bodies and the like — it saves the wrapper and,
 /// under axum, the allocation axum makes to box a body that is not its own. Chosen with
 /// [`RateLimitLayer::own_body`](super::RateLimitLayer::own_body).
@@ -80,6 +89,12 @@ impl<B> BodyMode<B> for WrappedBody {
     fn own(data: Bytes) -> RateLimitBody<B> {
         RateLimitBody::full(data)
     }
+
+    #[inline]
+    #[allow(private_interfaces)] // reason: sealed; see the trait
+    fn holding(body: B, held: Option<Box<Held>>) -> RateLimitBody<B> {
+        RateLimitBody::holding(body, held)
+    }
 }
 
 impl<B: From<Bytes>> BodyMode<B> for OwnBody {
@@ -93,5 +108,14 @@ impl<B: From<Bytes>> BodyMode<B> for OwnBody {
     #[inline]
     fn own(data: Bytes) -> B {
         B::from(data)
+    }
+
+    /// The body's own type cannot carry the permits: they are given back as the response
+    /// head is ready (see [`RateLimitLayerBuilder::concurrency`](super::RateLimitLayerBuilder::concurrency)).
+    #[inline]
+    #[allow(private_interfaces)] // reason: sealed; see the trait
+    fn holding(body: B, held: Option<Box<Held>>) -> B {
+        drop(held);
+        body
     }
 }

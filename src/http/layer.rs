@@ -13,6 +13,7 @@ use http::Response;
 use tower_layer::Layer;
 
 use super::body::{OwnBody, WrappedBody};
+use super::inflight::{InFlightEntry, InFlightLimit};
 use super::key::{GlobalKey, KeyExtractor, OnMissingKey};
 use super::lean::{Lean, LeanKey, LeanLimit};
 use super::queue::{Queue, Waiters};
@@ -67,6 +68,10 @@ pub struct LayerStats {
     /// or [`ForwardedIp`](super::ForwardedIp) key under a server not set up to pass the
     /// connection's address). Not counted in `bad_requests`, and never charged to a key.
     pub no_peer_address: u64,
+    /// Requests answered `429` because a concurrency limit
+    /// ([`RateLimitLayerBuilder::concurrency`]) had no slot open: not counted in `denied`,
+    /// and charged to no rate limit.
+    pub saturated: u64,
 }
 
 #[derive(Default)]
@@ -81,6 +86,7 @@ pub(crate) struct Counters {
     pub(crate) races: AtomicU64,
     pub(crate) source_errors: AtomicU64,
     pub(crate) no_peer_address: AtomicU64,
+    pub(crate) saturated: AtomicU64,
     /// Whether the warning for a request without a peer address was given (once a layer).
     pub(crate) warned_no_peer: AtomicBool,
 }
@@ -104,6 +110,7 @@ impl Counters {
             races: r(&self.races),
             source_errors: r(&self.source_errors),
             no_peer_address: r(&self.no_peer_address),
+            saturated: r(&self.saturated),
         }
     }
 
@@ -141,6 +148,8 @@ pub(crate) struct Shared {
     pub(crate) key: Arc<dyn KeyExtractor>,
     pub(crate) on_missing: OnMissingKey,
     pub(crate) limits: Vec<Entry>,
+    /// The concurrency limits, asked before `limits` (see `inflight.rs`).
+    pub(crate) concurrency: Vec<InFlightEntry>,
     pub(crate) classifier: Classifier,
     pub(crate) headers: HeaderMode,
     pub(crate) attempts: Vec<AttemptHeader>,
@@ -288,6 +297,10 @@ impl<M> fmt::Debug for RateLimitLayer<M> {
         let names: Vec<&str> = s.limits.iter().map(|e| &*e.name).collect();
         f.debug_struct("RateLimitLayer")
             .field("limits", &names)
+            .field(
+                "concurrency",
+                &s.concurrency.iter().map(|e| &*e.name).collect::<Vec<_>>(),
+            )
             .field("on_missing_key", &s.on_missing)
             .field("classifier", &s.classifier)
             .field("headers", &s.headers)
@@ -303,7 +316,9 @@ impl<M> fmt::Debug for RateLimitLayer<M> {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum LayerError {
-    /// No [`limit`](RateLimitLayerBuilder::limit) was given: the layer would limit nothing.
+    /// No [`limit`](RateLimitLayerBuilder::limit) or
+    /// [`concurrency`](RateLimitLayerBuilder::concurrency) limit was given: the layer would
+    /// limit nothing.
     #[error("a rate-limit layer needs at least one limit")]
     NoLimit,
     /// Two limits have the same name.
@@ -321,6 +336,7 @@ pub struct RateLimitLayerBuilder {
     lean_limits: Vec<Option<LeanLimit>>,
     on_missing: OnMissingKey,
     limits: Vec<Entry>,
+    concurrency: Vec<InFlightEntry>,
     classifier: Classifier,
     headers: HeaderMode,
     attempts: Option<Vec<AttemptHeader>>,
@@ -358,6 +374,49 @@ impl RateLimitLayerBuilder {
             source,
         });
         self.lean_limits.push(lean);
+        self
+    }
+
+    /// Adds a limit on requests **in flight**: a
+    /// [`ConcurrencyLimiter`](crate::concurrency::ConcurrencyLimiter) (one count for all
+    /// requests) or a [`KeyedConcurrencyLimiter<String>`](crate::concurrency::KeyedConcurrencyLimiter)
+    /// (a count per key: the layer's key), each also in an `Arc` to read its counts.
+    ///
+    /// A request takes a slot of every concurrency limit before its rate limits are asked,
+    /// all or nothing: if one has no slot open, the slots taken are given back, no rate limit
+    /// is charged, and the answer is `429` with reason `concurrency` and no `Retry-After`
+    /// (when a slot frees depends on how long the requests in flight take), counted in
+    /// [`LayerStats::saturated`]. A request the rate limits then reject gives its slots back
+    /// at once. An admitted one holds them until its response body ends or is dropped (the
+    /// client hung up) — with the default body mode; under [`own_body`](RateLimitLayer::own_body)
+    /// the body's type cannot carry them and they are given back when the response head is
+    /// ready. A request waiting in [queue mode](Queue) for a rate limit holds its slots while
+    /// it waits.
+    ///
+    /// ```
+    /// use std::num::NonZeroU32;
+    /// use std::sync::Arc;
+    /// use http::HeaderName;
+    /// use tollgate::concurrency::KeyedConcurrencyLimiter;
+    /// use tollgate::http::{HeaderKey, RateLimitLayer};
+    /// use tollgate::KeyedRateLimiter;
+    ///
+    /// // 100 requests a minute per API key, and at most 20 in progress at once.
+    /// let in_flight = Arc::new(KeyedConcurrencyLimiter::<String>::new(NonZeroU32::new(20).unwrap()));
+    /// let layer = RateLimitLayer::builder()
+    ///     .key(HeaderKey::new(HeaderName::from_static("x-api-key")))
+    ///     .limit("per-key", KeyedRateLimiter::<String>::new("100/min".parse()?))
+    ///     .concurrency("in-flight", Arc::clone(&in_flight))
+    ///     .build()?;
+    /// assert_eq!(in_flight.in_flight_key("k-1"), 0);
+    /// # let _ = layer;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn concurrency(mut self, name: &str, limit: impl InFlightLimit) -> Self {
+        self.concurrency.push(InFlightEntry {
+            name: Arc::from(name),
+            limit: Arc::new(limit),
+        });
         self
     }
 
@@ -448,14 +507,17 @@ impl RateLimitLayerBuilder {
     ///
     /// # Errors
     ///
-    /// [`LayerError`] if no limit was given or two share a name.
+    /// [`LayerError`] if no limit (rate or concurrency) was given or two share a name.
     pub fn build(self) -> Result<RateLimitLayer, LayerError> {
-        if self.limits.is_empty() {
+        if self.limits.is_empty() && self.concurrency.is_empty() {
             return Err(LayerError::NoLimit);
         }
-        for (i, e) in self.limits.iter().enumerate() {
-            if self.limits[..i].iter().any(|o| o.name == e.name) {
-                return Err(LayerError::DuplicateName(e.name.to_string()));
+        let names: Vec<&Arc<str>> = (self.limits.iter().map(|e| &e.name))
+            .chain(self.concurrency.iter().map(|e| &e.name))
+            .collect();
+        for (i, n) in names.iter().enumerate() {
+            if names[..i].contains(n) {
+                return Err(LayerError::DuplicateName(n.to_string()));
             }
         }
         let classify = self.limits.iter().any(|e| e.source.reads_route());
@@ -469,18 +531,26 @@ impl RateLimitLayerBuilder {
             None => Some(LeanKey::Global),
             Some(_) => self.lean_key,
         };
-        let lean = Lean::new(
-            lean_key,
-            &leans,
-            &self.classifier.tier,
-            self.cost,
-            self.queue.is_some(),
-            &attempts,
-        );
+        // The lean path decides before the key is extracted; concurrency limits need the key.
+        let lean = self
+            .concurrency
+            .is_empty()
+            .then(|| {
+                Lean::new(
+                    lean_key,
+                    &leans,
+                    &self.classifier.tier,
+                    self.cost,
+                    self.queue.is_some(),
+                    &attempts,
+                )
+            })
+            .flatten();
         let shared = Shared {
             key: self.key.unwrap_or_else(|| Arc::new(GlobalKey)),
             on_missing: self.on_missing,
             limits: self.limits,
+            concurrency: self.concurrency,
             classifier: self.classifier,
             headers: self.headers,
             attempts,

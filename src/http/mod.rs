@@ -42,6 +42,7 @@
 
 mod body;
 mod fields;
+mod inflight;
 mod judge;
 mod key;
 mod layer;
@@ -56,6 +57,7 @@ mod shared;
 mod source;
 
 pub use body::{BodyMode, OwnBody, WrappedBody};
+pub use inflight::InFlightLimit;
 pub use key::{
     ForwardedHeader, ForwardedIp, GlobalKey, HeaderKey, IpRange, IpRangeError, KeyError,
     KeyExtractor, OnMissingKey, PeerIp,

@@ -3,13 +3,15 @@
 //! or ours.
 
 use core::pin::Pin;
-use core::task::{Context, Poll};
+use core::task::{ready, Context, Poll};
 use std::sync::Arc;
 
 use bytes::Bytes;
 use http::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, Response, StatusCode};
 use http_body::{Body, Frame, SizeHint};
+
+use super::inflight::Held;
 
 use crate::engine::verdict::{Denied, DenyReason, PassReason};
 
@@ -48,13 +50,17 @@ pub enum RejectReason {
     /// [`ForwardedIp`](super::ForwardedIp) key: its set-up, not the client's request
     /// (`500`; gRPC `INTERNAL`, 13). The detail names the fix.
     NoPeerAddress,
+    /// A concurrency limit ([`RateLimitLayerBuilder::concurrency`](super::RateLimitLayerBuilder::concurrency))
+    /// had no slot open for the request: `429` with no `Retry-After` (when a slot frees
+    /// depends on how long the requests in flight take).
+    Concurrency,
 }
 
 impl RejectReason {
     /// The reason as written in problem bodies: `quota`, `retry_budget`, `key_table_full`,
     /// `ceiling`, `clock_overflow`, `backend_unavailable`, `local_share` (a shared limit's
     /// fallbacks), `queue_full`, `insufficient_capacity`, `missing_key`,
-    /// `malformed_key`, `malformed_header`, `no_peer_address`.
+    /// `malformed_key`, `malformed_header`, `no_peer_address`, `concurrency`.
     pub fn as_str(&self) -> &'static str {
         match self {
             RejectReason::Denied(DenyReason::Quota) => "quota",
@@ -70,6 +76,7 @@ impl RejectReason {
             RejectReason::MalformedKey => "malformed_key",
             RejectReason::MalformedHeader => "malformed_header",
             RejectReason::NoPeerAddress => "no_peer_address",
+            RejectReason::Concurrency => "concurrency",
         }
     }
 }
@@ -284,10 +291,16 @@ pub(crate) fn add_reject_fields(
 pin_project_lite::pin_project! {
     /// The body of a response through [`RateLimit`](super::RateLimit): the inner service's
     /// body, or the layer's own (a problem document, or empty for gRPC).
+    ///
+    /// An inner body also holds the request's concurrency permits
+    /// ([`RateLimitLayerBuilder::concurrency`](super::RateLimitLayerBuilder::concurrency)) and
+    /// gives them back when it ends (its last frame, or an error) or is dropped (the client
+    /// hung up).
     #[derive(Debug)]
     pub struct RateLimitBody<B> {
         #[pin]
         kind: Kind<B>,
+        held: Option<Box<Held>>,
     }
 }
 
@@ -304,6 +317,15 @@ impl<B> RateLimitBody<B> {
     pub(crate) fn inner(body: B) -> Self {
         Self {
             kind: Kind::Inner { body },
+            held: None,
+        }
+    }
+
+    /// The inner body, holding `held` until it ends or is dropped.
+    pub(crate) fn holding(body: B, held: Option<Box<Held>>) -> Self {
+        Self {
+            kind: Kind::Inner { body },
+            held,
         }
     }
 
@@ -312,6 +334,7 @@ impl<B> RateLimitBody<B> {
             kind: Kind::Full {
                 data: (!data.is_empty()).then_some(data),
             },
+            held: None,
         }
     }
 
@@ -329,8 +352,17 @@ impl<B: Body<Data = Bytes>> Body for RateLimitBody<B> {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
-        match self.project().kind.project() {
-            KindProj::Inner { body } => body.poll_frame(cx),
+        let this = self.project();
+        match this.kind.project() {
+            KindProj::Inner { mut body } => {
+                let frame = ready!(body.as_mut().poll_frame(cx));
+                // The body has ended (no more frames, an error, or its last frame): the
+                // request is no longer in flight.
+                if this.held.is_some() && (!matches!(frame, Some(Ok(_))) || body.is_end_stream()) {
+                    *this.held = None;
+                }
+                Poll::Ready(frame)
+            }
             KindProj::Full { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
         }
     }

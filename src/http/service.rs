@@ -19,6 +19,7 @@ use http::{Request, Response};
 use tower_service::Service;
 
 use super::body::{BodyMode, WrappedBody};
+use super::inflight::{self, Held};
 use super::judge::{judge, wait, Figs, Outcome};
 use super::layer::{Counters, LayerStats, Shared};
 use super::lean::{Decided, Lean};
@@ -71,8 +72,9 @@ impl<S: fmt::Debug, M> fmt::Debug for RateLimit<S, M> {
     }
 }
 
-/// The inner service's response (its fields added), or the layer's own (a rejection).
-type Answer<RB> = Result<Response<RB>, Response<Bytes>>;
+/// The inner service's response (its fields added) with the request's concurrency permits,
+/// or the layer's own (a rejection).
+type Answer<RB> = Result<(Response<RB>, Option<Box<Held>>), Response<Bytes>>;
 
 type BoxedResponse<RB, E> = Pin<Box<dyn Future<Output = Result<Answer<RB>, E>> + Send>>;
 
@@ -142,17 +144,18 @@ where
         match self.project().kind.project() {
             KindProj::Inner { fut, extra } => {
                 let mut res = ready!(fut.poll(cx))?;
-                if let Some(extra) = extra.take() {
-                    extra.apply(&mut res);
+                match extra.take().and_then(|extra| extra.apply(&mut res)) {
+                    None => Poll::Ready(Ok(res.map(M::inner))),
+                    held => Poll::Ready(Ok(res.map(|b| M::holding(b, held)))),
                 }
-                Poll::Ready(Ok(res.map(M::inner)))
             }
             // Polled again after completing: a caller's mistake; never completes again.
             KindProj::Ready { res } => res
                 .take()
                 .map_or(Poll::Pending, |r| Poll::Ready(Ok(r.map(M::own)))),
             KindProj::Boxed { fut } => Poll::Ready(match ready!(fut.as_mut().poll(cx))? {
-                Ok(res) => Ok(res.map(M::inner)),
+                Ok((res, None)) => Ok(res.map(M::inner)),
+                Ok((res, held)) => Ok(res.map(|b| M::holding(b, held))),
                 Err(rejection) => Ok(rejection.map(M::own)),
             }),
         }
@@ -164,6 +167,8 @@ struct Extra {
     fields: Fields,
     passed: Option<PassedThrough>,
     slo: Option<(Arc<SuccessRate>, String)>,
+    /// The concurrency permits, handed to the response body.
+    held: Option<Box<Held>>,
 }
 
 impl Extra {
@@ -171,11 +176,16 @@ impl Extra {
     /// no pass-through, no success-rate feed), else the extra on the heap, so that the
     /// future stays small (it is moved by value several times on its way out).
     fn boxed(self) -> Option<Box<Extra>> {
-        let empty = self.fields.is_empty() && self.passed.is_none() && self.slo.is_none();
+        let empty = self.fields.is_empty()
+            && self.passed.is_none()
+            && self.slo.is_none()
+            && self.held.is_none();
         (!empty).then(|| Box::new(self))
     }
 
-    fn apply<RB>(self, res: &mut Response<RB>) {
+    /// Adds the fields, the mark and the success-rate feed; the permits are what is left
+    /// for the body to hold.
+    fn apply<RB>(self, res: &mut Response<RB>) -> Option<Box<Held>> {
         self.fields.insert_into(res.headers_mut());
         if let Some(p) = self.passed {
             res.extensions_mut().insert(p);
@@ -183,6 +193,7 @@ impl Extra {
         if let Some((slo, tier)) = self.slo {
             slo.record(&tier, res.status().as_u16());
         }
+        self.held
     }
 }
 
@@ -249,6 +260,19 @@ where
                 return ResponseFuture::ready(reject(&shared, &tier, &rejection, &[], None));
             }
         };
+        // Concurrency first: a saturated request is then charged to no rate limit.
+        let held = if shared.concurrency.is_empty() {
+            None
+        } else {
+            match inflight::acquire(&shared.concurrency, &subject, grpc) {
+                Ok(h) => Some(Box::new(h)),
+                Err(rejection) => {
+                    Counters::bump(&shared.counters.saturated);
+                    let res = reject(&shared, subject.tier(), &rejection, &[], None);
+                    return ResponseFuture::ready(res);
+                }
+            }
+        };
         if shared.answers_now {
             // Every limit answers at once, so the judging future completes on its first
             // poll; a source that breaks that promise is treated as a failed source (the
@@ -261,7 +285,8 @@ where
                 Poll::Ready(o) => o,
                 Poll::Pending => {
                     Counters::bump(&shared.counters.source_errors);
-                    let policy = Arc::clone(&shared.limits[0].name); // reason: a layer has at least one limit
+                    let policy = (shared.limits.first())
+                        .map_or_else(|| Arc::from("(unnamed)"), |e| Arc::clone(&e.name));
                     let passed = Some(PassedThrough {
                         policy,
                         reason: None,
@@ -275,7 +300,8 @@ where
             if !(outcome.is_denied() && queue_applies(&shared, &parts)) {
                 return match outcome {
                     Outcome::Allowed { figures, passed } => {
-                        let extra = allowed(&shared, &figures, passed, subject.tier());
+                        let mut extra = allowed(&shared, &figures, passed, subject.tier());
+                        extra.held = held;
                         let fut = self.inner.call(Request::from_parts(parts, body));
                         ResponseFuture::inner(fut, extra.boxed())
                     }
@@ -286,7 +312,8 @@ where
             let inner = self.take_inner();
             return ResponseFuture::boxed(Box::pin(async move {
                 let outcome = wait(&shared, &subject, check, outcome).await;
-                finish(&shared, inner, parts, body, subject, outcome, grpc).await
+                let req = Request::from_parts(parts, body);
+                finish(&shared, inner, req, subject, outcome, grpc, held).await
             }));
         }
         let inner = self.take_inner();
@@ -295,7 +322,8 @@ where
             if outcome.is_denied() && queue_applies(&shared, &parts) {
                 outcome = wait(&shared, &subject, check, outcome).await;
             }
-            finish(&shared, inner, parts, body, subject, outcome, grpc).await
+            let req = Request::from_parts(parts, body);
+            finish(&shared, inner, req, subject, outcome, grpc, held).await
         }))
     }
 }
@@ -312,21 +340,22 @@ impl<S: Clone, M> RateLimit<S, M> {
 async fn finish<S, B, RB>(
     shared: &Shared,
     mut inner: S,
-    parts: Parts,
-    body: B,
+    req: Request<B>,
     subject: Subject,
     outcome: Outcome,
     grpc: bool,
+    held: Option<Box<Held>>,
 ) -> Result<Answer<RB>, S::Error>
 where
     S: Service<Request<B>, Response = Response<RB>>,
 {
     match outcome {
         Outcome::Allowed { figures, passed } => {
-            let extra = allowed(shared, &figures, passed, subject.tier());
-            let mut res = inner.call(Request::from_parts(parts, body)).await?;
-            extra.apply(&mut res);
-            Ok(Ok(res))
+            let mut extra = allowed(shared, &figures, passed, subject.tier());
+            extra.held = held;
+            let mut res = inner.call(req).await?;
+            let held = extra.apply(&mut res);
+            Ok(Ok((res, held)))
         }
         denied => Ok(Err(rejected(shared, &subject, denied, grpc))),
     }
@@ -341,6 +370,7 @@ fn lean_extra(shared: &Shared, lean: &Lean, a: &Allowed) -> Option<Box<Extra>> {
         fields,
         passed: None,
         slo,
+        held: None,
     }
     .boxed()
 }
@@ -354,7 +384,8 @@ fn allowed(shared: &Shared, figures: &Figs, passed: Option<PassedThrough>, tier:
             Fields::allowed(shared.headers, all, tightest, Some(&shared.policy_cache))
         }
         None => {
-            if passed.is_none() {
+            // A layer of concurrency limits only has no policy to match.
+            if passed.is_none() && !shared.limits.is_empty() {
                 Counters::bump(&shared.counters.unmatched);
             }
             Fields::default()
@@ -368,6 +399,7 @@ fn allowed(shared: &Shared, figures: &Figs, passed: Option<PassedThrough>, tier:
         fields,
         passed,
         slo,
+        held: None,
     }
 }
 
