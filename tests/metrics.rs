@@ -694,3 +694,45 @@ fn an_idle_limiters_detector_mode_is_current_at_the_scrape() {
     );
     assert_eq!(passed, 1.0);
 }
+
+#[test]
+fn concurrency_limiters_export_in_flight_limit_and_saturations_without_keys() {
+    use std::num::NonZeroU32;
+    use tollgate::concurrency::{ConcurrencyLimiter, KeyedConcurrencyLimiter};
+
+    let registry = MetricsRegistry::new();
+    let direct = Arc::new(ConcurrencyLimiter::new(NonZeroU32::new(2).unwrap()));
+    let keyed = Arc::new(KeyedConcurrencyLimiter::<String>::new(
+        NonZeroU32::new(1).unwrap(),
+    ));
+    registry.register_concurrency("uploads", &direct).unwrap();
+    registry
+        .register_keyed_concurrency("per-key", &keyed)
+        .unwrap();
+    let held: Vec<_> = (0..2).map(|_| direct.try_acquire().unwrap()).collect();
+    assert!(direct.try_acquire().is_err());
+    // 1,000 keys with a permit each, and one refusal per key.
+    let permits: Vec<_> = (0..1000)
+        .map(|i| keyed.try_acquire_key(&format!("customer-{i}")).unwrap())
+        .collect();
+    for i in 0..1000 {
+        assert!(keyed.try_acquire_key(&format!("customer-{i}")).is_err());
+    }
+    let recorder = PrometheusBuilder::new().build_recorder();
+    let (text, s) = scrape(&recorder, &registry);
+    let l = |n| [("limiter", n)];
+    assert_eq!(get(&s, "tollgate_in_flight", &l("uploads")), 2.0);
+    assert_eq!(get(&s, "tollgate_concurrency_limit", &l("uploads")), 2.0);
+    assert_eq!(get(&s, "tollgate_saturations_total", &l("uploads")), 1.0);
+    assert_eq!(get(&s, "tollgate_in_flight", &l("per-key")), 1000.0);
+    assert_eq!(get(&s, "tollgate_in_flight_keys", &l("per-key")), 1000.0);
+    assert_eq!(get(&s, "tollgate_saturations_total", &l("per-key")), 1000.0);
+    assert!(!text.contains("customer-"), "no label carries a key");
+
+    drop((held, permits));
+    let (_, s) = scrape(&recorder, &registry);
+    assert_eq!(get(&s, "tollgate_in_flight", &l("uploads")), 0.0);
+    assert_eq!(get(&s, "tollgate_in_flight", &l("per-key")), 0.0);
+    assert_eq!(get(&s, "tollgate_in_flight_keys", &l("per-key")), 0.0);
+    assert_eq!(get(&s, "tollgate_saturations_total", &l("per-key")), 1000.0);
+}

@@ -33,6 +33,8 @@ pub(crate) struct Core {
     /// [`waiting`]: ConcurrencyLimiter::waiting
     pub(super) waiting: AtomicUsize,
     pub(super) queue: Mutex<WaitQueue>,
+    /// Acquires refused (at once, or after a wait): a statistic, nothing is ordered by it.
+    pub(super) saturations: AtomicU64,
     priorities: Option<Priorities>,
     #[cfg(feature = "tokio")]
     pub(super) max_wait: Option<Duration>,
@@ -241,8 +243,17 @@ impl ConcurrencyLimiter {
     /// [`Saturated`] when the class's slots are all taken.
     #[inline]
     pub fn try_acquire_class(&self, class: u8) -> Result<Permit, Saturated> {
-        self.core.take(class)?;
+        if let Err(s) = self.core.take(class) {
+            // Relaxed: a statistic (see `saturations`).
+            self.core.saturations.fetch_add(1, Ordering::Relaxed);
+            return Err(s);
+        }
         Ok(Permit::direct(Arc::clone(&self.core)))
+    }
+
+    /// Acquires refused so far, at once or after a wait: what a dashboard alerts on.
+    pub fn saturations(&self) -> u64 {
+        self.core.saturations.load(Ordering::Relaxed)
     }
 
     /// The permits out now.
@@ -376,6 +387,7 @@ impl ConcurrencyLimiterBuilder {
                 word: AtomicU64::new(u64::from(self.limit.get()) << 32),
                 waiting: AtomicUsize::new(0),
                 queue: Mutex::new(WaitQueue::default()),
+                saturations: AtomicU64::new(0),
                 priorities: self.priorities,
                 #[cfg(feature = "tokio")]
                 max_wait: self.max_wait,

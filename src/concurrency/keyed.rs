@@ -25,7 +25,7 @@ use super::{LimitError, Saturated};
 use crate::engine::cell::Padded;
 use crate::engine::fingerprint::Fingerprinter;
 use crate::shaping::priority::Priorities;
-use crate::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use crate::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use crate::sync::{Mutex, MutexGuard};
 
 /// Shards of the table (a power of two).
@@ -70,6 +70,8 @@ pub(crate) struct KeyedCore {
     keys: AtomicUsize,
     max_keys: usize,
     fingerprinter: Fingerprinter,
+    /// Acquires refused (at once, or after a wait): a statistic, nothing is ordered by it.
+    pub(super) saturations: AtomicU64,
     priorities: Option<Priorities>,
     #[cfg(feature = "tokio")]
     pub(super) max_wait: Option<Duration>,
@@ -278,8 +280,31 @@ impl<K> KeyedConcurrencyLimiter<K> {
         Q: Hash + ?Sized,
     {
         let fp = self.core.fingerprint(key);
-        self.core.take(&mut self.core.shard(fp), fp, class)?;
+        if let Err(s) = self.core.take(&mut self.core.shard(fp), fp, class) {
+            // Relaxed: a statistic (see `saturations`).
+            self.core.saturations.fetch_add(1, Ordering::Relaxed);
+            return Err(s);
+        }
         Ok(Permit::keyed(Arc::clone(&self.core), fp))
+    }
+
+    /// Acquires refused so far (any key), at once or after a wait.
+    pub fn saturations(&self) -> u64 {
+        self.core.saturations.load(Ordering::Relaxed)
+    }
+
+    /// The permits out now, summed over every key: one walk of the table (each shard's lock
+    /// taken in turn), for a scrape rather than a request path. Not a snapshot: a key's
+    /// count may change while another shard is read.
+    pub fn in_flight_total(&self) -> u64 {
+        (self.core.shards.iter())
+            .map(|s| {
+                s.0.lock()
+                    .values()
+                    .map(|e| u64::from(e.in_flight))
+                    .sum::<u64>()
+            })
+            .sum()
     }
 
     /// The permits out for `key` (0 for a key not tracked).
@@ -394,6 +419,7 @@ impl<K> KeyedConcurrencyLimiterBuilder<K> {
                 keys: AtomicUsize::new(0),
                 max_keys: self.max_keys,
                 fingerprinter: Fingerprinter::new(),
+                saturations: AtomicU64::new(0),
                 priorities: self.priorities,
                 #[cfg(feature = "tokio")]
                 max_wait: self.max_wait,

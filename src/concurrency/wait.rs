@@ -170,6 +170,8 @@ impl ConcurrencyLimiter {
         if ticket.wait(core.max_wait).await {
             Ok(Permit::direct(Arc::clone(&self.core)))
         } else {
+            // Relaxed: a statistic.
+            core.saturations.fetch_add(1, Ordering::Relaxed);
             Err(core.saturated(class).timed_out(start.elapsed()))
         }
     }
@@ -254,6 +256,8 @@ impl<K> KeyedConcurrencyLimiter<K> {
         if ticket.wait(core.max_wait).await {
             Ok(Permit::keyed(Arc::clone(&self.core), fp))
         } else {
+            // Relaxed: a statistic.
+            self.core.saturations.fetch_add(1, Ordering::Relaxed);
             Err(line.saturated(class).timed_out(start.elapsed()))
         }
     }

@@ -55,6 +55,7 @@ mod service;
 #[cfg(feature = "redis")]
 mod shared;
 mod source;
+mod stats;
 
 pub use body::{BodyMode, OwnBody, WrappedBody};
 pub use inflight::InFlightLimit;

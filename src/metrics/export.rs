@@ -197,6 +197,22 @@ pub(super) fn describe() {
         "The baseline of the deny measure (NaN without a baseline)"
     );
     describe_counter!(CLOCK_FAULTS, "Clock faults seen by the watchdog");
+    describe_gauge!(
+        IN_FLIGHT,
+        "Permits out now on a concurrency limiter (a keyed one: summed over its keys)"
+    );
+    describe_gauge!(
+        CONCURRENCY_LIMIT,
+        "A concurrency limiter's limit (a keyed one: per key)"
+    );
+    describe_gauge!(
+        IN_FLIGHT_KEYS,
+        "Keys with permits out (or waiters) on a keyed concurrency limiter"
+    );
+    describe_counter!(
+        SATURATIONS,
+        "Acquires a concurrency limiter refused, at once or after a wait"
+    );
     describe_counter!(RELOADS, "Limits reloads by result: accepted or refused");
     describe_gauge!(REVISION, "The revision of the limits document in force");
     describe_gauge!(SUCCESS_RATE, "Customer success rate over the last complete window, a 429 counting as a failure (NaN without responses)");

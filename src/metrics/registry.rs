@@ -13,6 +13,7 @@ use super::names::{RELOADS, REVISION};
 #[cfg(feature = "config")]
 use super::track::policies;
 use super::track::{track, Track};
+use crate::concurrency::ConcurrencyLimiter;
 use crate::engine::stats::{Counters, COUNTERS};
 use crate::limiter::direct::RateLimiter;
 use crate::limiter::keyed::KeyedRateLimiter;
@@ -23,6 +24,7 @@ use crate::redis::limiter::SharedRateLimiter;
 use crate::safety::fault::FaultDetector;
 use crate::safety::slo::SuccessRate;
 use crate::safety::watchdog::Watchdog;
+use concurrency::KeyedConcurrencyView;
 
 /// Why a source could not be registered.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -80,6 +82,8 @@ pub struct MetricsRegistry {
     inner: Arc<Mutex<Vec<Entry>>>,
 }
 
+mod concurrency;
+
 struct Entry {
     name: Arc<str>,
     source: Source,
@@ -95,11 +99,12 @@ enum Source {
     #[cfg(feature = "config")]
     Rollout(Weak<Rollout>),
     SuccessRate(Weak<SuccessRate>),
+    Concurrency(Weak<ConcurrencyLimiter>),
+    KeyedConcurrency(Weak<dyn KeyedConcurrencyView>),
     #[cfg(feature = "redis")]
     Shared(Weak<SharedRateLimiter>),
 }
 
-/// What metrics read of a keyed limiter, whatever its key type.
 trait KeyedView: Send + Sync {
     fn counters(&self) -> &Counters;
     fn len(&self) -> usize;
@@ -410,6 +415,14 @@ impl Entry {
             Source::SuccessRate(w) => {
                 let Some(slo) = w.upgrade() else { return false };
                 success_rate(name, &slo);
+            }
+            Source::Concurrency(w) => {
+                let Some(lim) = w.upgrade() else { return false };
+                concurrency::publish_direct(name, &lim);
+            }
+            Source::KeyedConcurrency(w) => {
+                let Some(lim) = w.upgrade() else { return false };
+                concurrency::publish_keyed(name, &*lim);
             }
             #[cfg(feature = "redis")]
             Source::Shared(w) => {
