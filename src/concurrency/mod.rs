@@ -58,8 +58,8 @@
 use core::fmt;
 use core::time::Duration;
 
-/// The guide's examples run as doctests.
-#[cfg(doctest)]
+/// The guide's examples run as doctests (one needs the gateway layer).
+#[cfg(all(doctest, feature = "tower"))]
 #[doc = include_str!("../../docs/concurrency.md")]
 struct GuideDoctests;
 
