@@ -713,3 +713,25 @@ also = true
         .remaining();
     assert_eq!(left, 8);
 }
+
+/// The problem body is written by hand (no JSON library in feature `tower`): a policy name
+/// with quotes, backslashes, control and non-ASCII characters still gives valid JSON that
+/// says the same name.
+#[tokio::test]
+async fn problem_bodies_are_valid_json_whatever_the_policy_name() {
+    let name = "we\"ird\\name\n\t\u{1}é→";
+    let lim = RateLimiter::builder("1/min".parse().unwrap())
+        .clock(ManualClock::new())
+        .build();
+    let layer = RateLimitLayer::builder().limit(name, lim).build().unwrap();
+    assert_eq!(call(&layer, req("/", &[])).await.status(), 200);
+    let res = call(&layer, req("/", &[])).await;
+    assert_eq!(res.status(), 429);
+    let p = problem(res).await;
+    assert_eq!(p["policy"], name);
+    assert_eq!(p["reason"], "quota");
+    assert_eq!(p["retry_after"], 60);
+    assert_eq!(p["status"], 429);
+    assert_eq!(p["title"], "Too Many Requests");
+    assert!(p["detail"].as_str().unwrap().contains("retry after 60 s"));
+}
