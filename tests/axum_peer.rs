@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{Request, StatusCode};
+use http::Request;
 use http_body_util::{BodyExt, Empty};
 use tollgate::http::{ForwardedIp, PeerIp, RateLimitLayer};
 use tollgate::{KeyedRateLimiter, ManualClock};
