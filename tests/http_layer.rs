@@ -735,3 +735,28 @@ async fn problem_bodies_are_valid_json_whatever_the_policy_name() {
     assert_eq!(p["title"], "Too Many Requests");
     assert!(p["detail"].as_str().unwrap().contains("retry after 60 s"));
 }
+
+/// The IETF fields never carry the partition key (`pk`): the layer's keys are API keys and
+/// client addresses. The policy item is a String, the burst a vendor parameter.
+#[tokio::test]
+async fn ietf_fields_carry_no_partition_key() {
+    let lim = KeyedRateLimiter::<String>::builder("600/min;burst=50".parse().unwrap())
+        .clock(ManualClock::new())
+        .build();
+    let layer = RateLimitLayer::builder()
+        .key(api_key())
+        .limit("per-key", lim)
+        .build()
+        .unwrap();
+    let res = call(&layer, req("/", &[("x-api-key", "sk-live-secret")])).await;
+    let h = |n: &str| res.headers()[n].to_str().unwrap().to_owned();
+    assert_eq!(
+        h("ratelimit-policy"),
+        r#""per-key";q=600;w=60;tollgate-burst=50"#
+    );
+    assert_eq!(h("ratelimit"), r#""per-key";r=49;t=1"#);
+    for (_, v) in res.headers() {
+        let v = v.to_str().unwrap();
+        assert!(!v.contains("pk=") && !v.contains("secret"), "{v}");
+    }
+}

@@ -1,6 +1,32 @@
 //! The rate-limit header fields: IETF `RateLimit-Policy` and `RateLimit`
 //! (draft-ietf-httpapi-ratelimit-headers), or the legacy `X-RateLimit-*`.
 //!
+//! Followed: the working group's editor's copy after draft -10 (September 2025; the newest
+//! text that could be read here), whose fields are unchanged in this respect since -09:
+//!
+//! * A policy item is a String (`"per-key"`), never a Token, with the parameters `q` (a
+//!   non-negative Integer, in quota units), `w` (a window in whole seconds, at least 1: "sub-
+//!   second precision is not supported") and `qu` (`"content-bytes"` for a byte budget; the
+//!   default unit, `"requests"`, is left out).
+//! * `q`/`w` say the written rate: `600/min` is `q=600;w=60`, `5/ms` is `q=5000;w=1` (scaled to
+//!   one second), a byte budget's bytes per window. A GCRA's burst is not a window's quota, so
+//!   when it differs from `q` it travels as the vendor parameter `tollgate-burst` — the form
+//!   the draft asks of "implementation- or service-specific parameters" ("prefixed ... with a
+//!   vendor identifier, e.g. `acme-burst`"), which clients that do not know it "can regard as
+//!   comments". `r` is what the cell admits now, so with a burst above `q` it can exceed `q`.
+//! * `t` is the seconds until the cell is full again on an allowed response (not only until
+//!   the next unit: a client that waits `t` has the whole burst back) and the retry-after on
+//!   a denial, rounded up; the draft lets a server choose ("MUST NOT assume that all its
+//!   service limit will be fully restored", "MAY arbitrarily alter the reset").
+//! * `pk`, the partition key, is not sent. It is optional; the draft asks servers to "avoid
+//!   returning partition keys that contain sensitive information" and to document how a key
+//!   is made "so that clients can predict" it. The layer's keys are API keys and client
+//!   addresses: sent back raw they would leak, and a keyed hash of them is something no client
+//!   can predict. A client already knows which key its request carried.
+//!
+//! The legacy fields (`HeaderMode::Legacy`) stay for clients that parse only
+//! `X-RateLimit-Limit`, `-Remaining` and `-Reset`.
+//!
 //! Built on every allowed response, so they are written with a per-thread scratch buffer
 //! and hand-rolled integer formatting: one allocation per field value (its `Bytes`).
 

@@ -19,8 +19,13 @@ use crate::engine::verdict::{Denied, DenyReason, PassReason};
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum HeaderMode {
-    /// `RateLimit-Policy` and `RateLimit` (draft-ietf-httpapi-ratelimit-headers), the
-    /// default.
+    /// `RateLimit-Policy` and `RateLimit` (draft-ietf-httpapi-ratelimit-headers, as of its
+    /// editor's copy after -10), the default: `"per-key";q=600;w=60;tollgate-burst=50` — the
+    /// policy's name as a String, the written rate as `q` units per `w` whole seconds, `qu` for
+    /// a byte budget, and the burst as the vendor parameter `tollgate-burst` when it differs
+    /// from `q` — then `"per-key";r=49;t=1`: what the cell admits now, and the seconds until
+    /// it is full again (until the retry, on a denial). No partition key (`pk`): the layer's
+    /// keys are API keys and client addresses, which the draft asks servers not to send back.
     #[default]
     Ietf,
     /// The legacy `X-RateLimit-Limit`, `X-RateLimit-Remaining` and `X-RateLimit-Reset`, for

@@ -5,11 +5,14 @@
 //! # Choices
 //!
 //! * **Provider: ring.** The `redis` crate's rustls has its default features off, so no
-//!   provider comes with it; aws-lc-rs needs cmake and builds slowly. rustls picks the
+//!   provider comes with it; aws-lc-rs needs a C build and builds slowly. rustls picks the
 //!   process-level default provider when it builds a connection's config and panics when
 //!   there is none and its crate features name two (an application that also enables
 //!   aws-lc-rs). So [`ensure_provider`] installs ring as the process default when a TLS client
-//!   is built and none is installed yet; an application that installs its own first keeps it.
+//!   is built and none is installed yet; an application that installs its own first keeps it
+//!   (and the client-certificate check at build uses that same default). The ring provider is
+//!   assembled from rustls's public ring parts (`provider.rs`): rustls 0.23.48 deprecated its
+//!   ready-made one.
 //! * **Roots: the platform's** (`rustls-native-certs`, which the `redis` crate's rustls always
 //!   builds), not compiled-in webpki roots: the managed services' public CAs are in both, and
 //!   the platform store also holds an enterprise CA the operators installed, follows the
@@ -21,12 +24,14 @@
 use std::sync::Arc;
 
 use redis::{Client, ClientTlsConfig, ConnectionAddr, IntoConnectionInfo, TlsCertificates};
-use rustls::crypto::{ring, CryptoProvider};
+use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::{ClientConfig, RootCertStore};
 
 use super::error::BackendError;
+
+mod provider;
 
 /// The TLS settings of the builder beyond the URL: a private CA, a client certificate.
 #[derive(Clone, Default)]
@@ -123,7 +128,17 @@ pub(crate) fn client(url: &str, tls: &TlsConfig) -> Result<Client, BackendError>
 pub(crate) fn ensure_provider() {
     if CryptoProvider::get_default().is_none() {
         // Losing a race to another installer is fine: a provider is installed either way.
-        let _ = ring::default_provider().install_default();
+        let _ = provider::ring_provider().install_default();
+    }
+}
+
+/// The process-level default provider, ring installed first when there is none.
+fn default_provider() -> Arc<CryptoProvider> {
+    ensure_provider();
+    match CryptoProvider::get_default() {
+        Some(p) => Arc::clone(p),
+        // Unreachable (installed just above, and never uninstalled); ring all the same.
+        None => Arc::new(provider::ring_provider()),
     }
 }
 
@@ -154,12 +169,13 @@ fn root_store(pem: &[u8]) -> Result<RootCertStore, BackendError> {
 }
 
 /// The chain and key parse, and rustls accepts them together (a key that is not the
-/// certificate's is refused here rather than by the server at the first check).
+/// certificate's is refused here rather than by the server at the first check), with the
+/// provider the connections will load the key with.
 fn check_client_cert(cert_pem: &[u8], key_pem: &[u8]) -> Result<(), BackendError> {
     let chain = certs("client certificate", cert_pem)?;
     // The error names the PEM problem, never the key's bytes.
     let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| invalid("client key", e))?;
-    ClientConfig::builder_with_provider(Arc::new(ring::default_provider()))
+    ClientConfig::builder_with_provider(default_provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| invalid("client certificate", e))?
         .with_root_certificates(RootCertStore::empty())
