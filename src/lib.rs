@@ -124,10 +124,11 @@
 //! * **Overflow.** A clock reading so close to `u64::MAX` ns that the new TAT would not fit
 //!   is denied ([`DenyReason::ClockOverflow`], retry-after [`Duration::MAX`], a `Retry-After`
 //!   of one day), never allowed.
-//! * **Overflow cell.** When a [`KeyedRateLimiter`] holds `max_keys` live keys, new keys share
-//!   one overflow cell, and its denials say [`DenyReason::KeyTableFull`]. Tracked keys are
-//!   never reset to make room; idle ones (whose cell is full again) are swept as new keys
-//!   arrive. At the cap, [`Admission`](limiter::Admission) (on by default) lets a key seen only once displace
+//! * **Overflow cell.** When a [`KeyedRateLimiter`] tracks `max_keys` keys (active, or idle and
+//!   not yet swept) and no idle one may make way, new keys share
+//!   one overflow cell, and its denials say [`DenyReason::KeyTableFull`]. A key whose cell is
+//!   not full is never reset to make room; idle ones (whose cell is full again) are swept as
+//!   new keys arrive. At the cap, [`Admission`](limiter::Admission) (on by default) lets a key seen only once displace
 //!   only a key idle for τ; finding none, it shares the overflow cell.
 //! * **Fingerprints.** Keyed limiters store a seeded 64-bit fingerprint per key, never the
 //!   key: integer keys never collide; other keys collide with probability about n²/2^65.

@@ -90,6 +90,15 @@ const ACCEPTED: &[(&str, &str)] = &[
     ("1Mbit/s;burst=1Gbit", "1Mbit/s;burst=1Gbit"),
     ("1Mbit/s;burst=2MB", "1Mbit/s;burst=16Mbit"),
     ("100MB/s;burst=1Gbit", "100MB/s;burst=125MB"),
+    // a period of several units: written with its span, as given
+    ("1/90ms", "1/90ms"),
+    ("1/2d", "1/2d"),
+    ("100/15min", "100/15min"),
+    ("10/5s", "10/5s"),
+    ("1/1000ms", "1/1000ms"),
+    ("3/90second;burst=1", "3/90s;burst=1"),
+    ("1MB/10s;burst=64KiB", "1MB/10s;burst=64KiB"),
+    ("1/6671d", "1/6671d"),
 ];
 
 #[test]
@@ -173,8 +182,19 @@ const REJECTED: &[(&str, Kind, Option<usize>)] = &[
     ("/s", Kind::Malformed, Some(0)),
     ("10/s/s", Kind::Malformed, Some(4)),
     ("10/s;", Kind::Malformed, Some(5)),
-    ("10/0s", Kind::Malformed, Some(3)),
-    ("10/5s", Kind::Malformed, Some(3)),
+    ("10/0s", Kind::Zero, Some(3)),
+    ("10/05s", Kind::Malformed, Some(3)),
+    ("1/-5s", Kind::Malformed, Some(2)),
+    ("1/+5s", Kind::Malformed, Some(2)),
+    ("1/5.5s", Kind::Malformed, Some(3)),
+    ("1/5 s", Kind::Malformed, Some(3)),
+    ("1/5m", Kind::AmbiguousUnit, Some(3)),
+    ("1/5", Kind::MissingUnit, Some(3)),
+    ("1/5secs", Kind::UnknownUnit, Some(3)),
+    ("1/99999999999999999999s", Kind::Overflow, Some(2)),
+    ("1/6672d", Kind::Overflow, Some(2)),
+    ("1/18446744073709551615d", Kind::Overflow, Some(2)),
+    ("1000001/1ms", Kind::TooFast, Some(0)),
     ("10/\u{b5}s", Kind::Malformed, Some(3)),
     ("\u{ff11}0/s", Kind::Malformed, Some(0)),
     ("10/\u{ff53}", Kind::Malformed, Some(3)),
@@ -601,14 +621,20 @@ fn quota_string() -> impl Strategy<Value = String> {
         Just(None),
         (count(), prop::sample::select(WORK)).prop_map(Some),
     ];
+    // a period of one unit, or of several (`1/90ms`)
+    let span = prop_oneof![
+        3 => Just(String::new()),
+        1 => (2..=100_000u64).prop_map(|n| n.to_string()),
+        1 => (1..=u64::MAX).prop_map(|n| n.to_string()),
+    ];
     (
         count(),
         prop::sample::select(WORK),
-        prop::sample::select(TIME),
+        (span, prop::sample::select(TIME)),
         burst,
     )
-        .prop_map(|(n, work, time, burst)| {
-            let mut s = format!("{n}{work}/{time}");
+        .prop_map(|(n, work, (span, time), burst)| {
+            let mut s = format!("{n}{work}/{span}{time}");
             if let Some((b, burst_work)) = burst {
                 // a burst takes a work unit exactly when the rate has one
                 let burst_work = if work.is_empty() {
@@ -747,4 +773,59 @@ fn check_no_panic(s: &str) -> Result<(), TestCaseError> {
         }
     }
     Ok(())
+}
+
+/// A quota given by its interval: a constructor and the string spelling agree, round-trip
+/// through the string form, and say exactly one request per interval.
+#[test]
+fn quotas_by_their_interval() {
+    for (interval, text) in [
+        (Duration::from_millis(90), "1/90ms"),
+        (Duration::from_millis(1), "1/ms"),
+        (Duration::from_secs(1), "1/s"),
+        (Duration::from_millis(1500), "1/1500ms"),
+        (Duration::from_secs(90), "1/90s"),
+        (Duration::from_secs(120), "1/2min"),
+        (Duration::from_secs(2 * 86_400), "1/2d"),
+        (Duration::from_secs(36 * 3600), "1/36h"),
+    ] {
+        let by_interval = Quota::with_interval(interval).unwrap();
+        assert_eq!(by_interval.to_string(), text);
+        assert_eq!(by_interval, q(text));
+        assert_eq!(by_interval.interval(), interval, "{text}");
+        assert_eq!(by_interval.period(), interval, "{text}");
+        assert_eq!(by_interval.burst(), 1, "{text}");
+    }
+    // Below a millisecond: a count per millisecond, one at a time.
+    let fast = Quota::with_interval(Duration::from_micros(100)).unwrap();
+    assert_eq!(
+        (fast.to_string(), fast.burst()),
+        ("10/ms;burst=1".to_owned(), 1)
+    );
+    assert_eq!(fast.interval(), Duration::from_micros(100));
+    for (bad, kind) in [
+        (Duration::ZERO, Kind::Zero),
+        (Duration::from_nanos(3), Kind::Malformed),
+        (Duration::from_micros(1500), Kind::Malformed),
+        (Duration::from_nanos(1_000_000_001), Kind::Malformed),
+        (Duration::from_secs(213_504 * 86_400), Kind::Overflow),
+        (Duration::MAX, Kind::Overflow),
+    ] {
+        assert_eq!(
+            Quota::with_interval(bad).unwrap_err().kind(),
+            kind,
+            "{bad:?}"
+        );
+    }
+}
+
+/// Serde writes and reads the spelling with a span.
+#[cfg(feature = "serde")]
+#[test]
+fn periods_with_a_span_round_trip_through_serde() {
+    for s in ["1/90ms", "1/2d", "100/15min;burst=7"] {
+        let json = serde_json::to_string(&q(s)).unwrap();
+        assert_eq!(json, format!("{s:?}"));
+        assert_eq!(serde_json::from_str::<Quota>(&json).unwrap(), q(s));
+    }
 }

@@ -10,7 +10,7 @@ use crate::engine::error::QuotaError;
 use crate::engine::gcra::{Params, Per};
 
 use arith::{saturating_u64, weight};
-use units::{burst_unit, TimeUnit, WorkUnit};
+use units::{burst_unit, Period, TimeUnit, WorkUnit};
 
 mod arith;
 mod parse;
@@ -46,8 +46,10 @@ mod units;
 ///
 /// # Syntax
 ///
-/// `<count><work-unit>?/<time-unit>[;burst=<size>]`; the unit is never optional (incident
-/// 001). Every accepted spelling:
+/// `<count><work-unit>?/<span>?<time-unit>[;burst=<size>]`; the unit is never optional. A
+/// period of several units takes their number before the unit: `"1/90ms"` (one request every
+/// 90 ms), `"1/2d"`, `"100/15min"`; the span follows the count's rules (at least 1, no leading
+/// zero), and the period is at most 2^59 ns (about 18 years). Every accepted spelling:
 ///
 /// | part | spellings | meaning |
 /// |---|---|---|
@@ -104,7 +106,20 @@ mod units;
 ///
 /// A request quota `C/P` has the interval `T = ⌈P/C⌉` ns ([`interval`](Quota::interval)).
 /// Rounding up means the effective rate never exceeds the written one; below 10^6 requests
-/// per second it is less than 0.1 % slower. A byte budget keeps its exact rate (a cost of `n`
+/// per second it is less than 0.1 % slower. Above that, whole nanoseconds are coarse: every
+/// rate from 500,000,001/s to 999,999,999/s has `T = 2` ns and runs at 500,000,000/s, so
+/// `"600000000/s"` admits 500 million a second, not 600.
+///
+/// ```
+/// use core::time::Duration;
+/// use tollgate::Quota;
+///
+/// let q: Quota = "600000000/s".parse()?;
+/// assert_eq!(q.interval(), Duration::from_nanos(2)); // ⌈10^9 / 6·10^8⌉
+/// assert_eq!(1_000_000_000 / q.interval().as_nanos(), 500_000_000); // the effective rate
+/// # Ok::<(), tollgate::QuotaError>(())
+/// ```
+/// A byte budget keeps its exact rate (a cost of `n`
 /// bytes weighs `⌈n·P/C⌉` ns, with `P/C` in ns per byte), so it may be arbitrarily fast.
 ///
 /// # Limits
@@ -118,7 +133,7 @@ pub struct Quota {
     /// The count as written, in `work` units (requests when `work` is `None`).
     count: u64,
     work: Option<WorkUnit>,
-    time: TimeUnit,
+    time: Period,
     /// The exact cost of one request or byte in ns, as the reduced fraction
     /// `ns_num / ns_den`: what `==` compares, with the kind and the effective burst.
     ns_num: u64,
@@ -131,10 +146,12 @@ pub struct Quota {
 const MAX_PER_SECOND: u64 = 1_000_000_000;
 
 impl Quota {
-    /// `n` requests per second, with a burst of `n`.
+    /// `n` requests per second, with a burst of `n`; past 10^9 both the rate and the burst
+    /// saturate to 10^9.
     ///
     /// Never panics: a rate above 10^9 per second (faster than one per nanosecond) saturates
-    /// to `1000000000/s`.
+    /// to `1000000000/s`, and with it the default burst: `per_second(NonZeroU32::MAX)` has a
+    /// burst of 10^9, not 2^32 − 1 (give a larger one with [`with_burst`](Quota::with_burst)).
     ///
     /// ```
     /// use core::num::NonZeroU32;
@@ -143,11 +160,12 @@ impl Quota {
     /// let q = Quota::per_second(NonZeroU32::new(100).unwrap());
     /// assert_eq!(q, "100/s".parse()?);
     /// assert_eq!(Quota::per_second(NonZeroU32::MAX), "1000000000/s".parse()?);
+    /// assert_eq!(Quota::per_second(NonZeroU32::MAX).burst(), 1_000_000_000);
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
     pub fn per_second(n: NonZeroU32) -> Quota {
         let count = u64::from(n.get()).min(MAX_PER_SECOND);
-        Quota::from_parts(count, None, TimeUnit::Second, None)
+        Quota::from_parts(count, None, Period::of(TimeUnit::Second), None)
     }
 
     /// `n` requests per minute, with a burst of `n`.
@@ -163,7 +181,7 @@ impl Quota {
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
     pub fn per_minute(n: NonZeroU32) -> Quota {
-        Quota::from_parts(u64::from(n.get()), None, TimeUnit::Minute, None)
+        Quota::from_parts(u64::from(n.get()), None, Period::of(TimeUnit::Minute), None)
     }
 
     /// `n` requests per hour, with a burst of `n`.
@@ -176,7 +194,7 @@ impl Quota {
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
     pub fn per_hour(n: NonZeroU32) -> Quota {
-        Quota::from_parts(u64::from(n.get()), None, TimeUnit::Hour, None)
+        Quota::from_parts(u64::from(n.get()), None, Period::of(TimeUnit::Hour), None)
     }
 
     /// `n` requests per day, with a burst of `n`.
@@ -189,7 +207,73 @@ impl Quota {
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
     pub fn per_day(n: NonZeroU32) -> Quota {
-        Quota::from_parts(u64::from(n.get()), None, TimeUnit::Day, None)
+        Quota::from_parts(u64::from(n.get()), None, Period::of(TimeUnit::Day), None)
+    }
+
+    /// One request every `interval`, one at a time (a burst of 1): a check every 90 ms, one a
+    /// day, one every two days. Its string form writes the period with a span,
+    /// `"1/90ms"`, `"1/2d"`, in the largest unit that holds it exactly.
+    ///
+    /// ```
+    /// use core::time::Duration;
+    /// use tollgate::Quota;
+    ///
+    /// let q = Quota::with_interval(Duration::from_millis(90))?;
+    /// assert_eq!(q.to_string(), "1/90ms");
+    /// assert_eq!(q.interval(), Duration::from_millis(90));
+    /// assert_eq!(q, "1/90ms".parse()?);
+    /// let two_days = Quota::with_interval(Duration::from_secs(2 * 86_400))?;
+    /// assert_eq!(two_days.to_string(), "1/2d");
+    /// // Below a millisecond, as a count per millisecond when it divides one exactly.
+    /// let fast = Quota::with_interval(Duration::from_micros(250))?;
+    /// assert_eq!((fast.to_string(), fast.burst()), ("4/ms;burst=1".to_owned(), 1));
+    /// assert!(Quota::with_interval(Duration::ZERO).is_err());
+    /// assert!(Quota::with_interval(Duration::from_micros(1500)).is_err()); // 1.5 ms
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`QuotaErrorKind::Zero`](crate::QuotaErrorKind::Zero) for a zero interval;
+    /// [`Malformed`](crate::QuotaErrorKind::Malformed) for one that is neither a whole number
+    /// of milliseconds nor an exact fraction of one (the string form could not say it);
+    /// [`Overflow`](crate::QuotaErrorKind::Overflow) past 2^59 ns (about 18 years).
+    pub fn with_interval(interval: Duration) -> Result<Quota, QuotaError> {
+        use crate::engine::error::QuotaErrorKind as Kind;
+        let err = |kind, what: &str| {
+            Err(QuotaError::new(
+                kind,
+                0,
+                format!("interval {interval:?} {what}"),
+            ))
+        };
+        let Ok(ns) = u64::try_from(interval.as_nanos()) else {
+            return err(Kind::Overflow, "is longer than 2^59 ns (about 18 years)");
+        };
+        const MS: u64 = 1_000_000;
+        if ns == 0 {
+            return err(Kind::Zero, "is zero");
+        }
+        if ns < MS {
+            if MS % ns != 0 {
+                return err(
+                    Kind::Malformed,
+                    "is not a whole number of milliseconds nor an exact fraction of one",
+                );
+            }
+            let per_ms = Quota::from_parts(MS / ns, None, Period::of(TimeUnit::Milli), Some(1));
+            return Ok(per_ms);
+        }
+        if ns > units::MAX_PERIOD_NS {
+            return err(Kind::Overflow, "is longer than 2^59 ns (about 18 years)");
+        }
+        match Period::from_nanos(ns) {
+            Some(period) => Ok(Quota::from_parts(1, None, period, None)),
+            None => err(
+                Kind::Malformed,
+                "is not a whole number of milliseconds nor an exact fraction of one",
+            ),
+        }
     }
 
     /// The same rate with another burst: requests for a request quota, bytes for a byte
@@ -238,13 +322,15 @@ impl Quota {
         self.count
     }
 
-    /// The period the count is spread over: one unit of time.
+    /// The period the count is spread over: one unit of time, or as many as written before
+    /// the unit.
     ///
     /// ```
     /// use core::time::Duration;
     /// use tollgate::Quota;
     ///
     /// assert_eq!("5/min".parse::<Quota>()?.period(), Duration::from_secs(60));
+    /// assert_eq!("1/90ms".parse::<Quota>()?.period(), Duration::from_millis(90));
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
     pub fn period(&self) -> Duration {
@@ -339,7 +425,7 @@ impl fmt::Display for Quota {
     /// type's documentation says. Parsing it gives back an equal quota.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let work = self.work.map_or("", WorkUnit::symbol);
-        write!(f, "{}{}/{}", self.count, work, self.time.symbol())?;
+        write!(f, "{}{}/{}", self.count, work, self.time)?;
         let burst = self.params.burst;
         if burst == self.default_burst() {
             return Ok(());

@@ -272,7 +272,8 @@ impl Denied {
 pub enum DenyReason {
     /// The key (or the direct limiter) is over its quota.
     Quota,
-    /// The keyed limiter's table is full of live keys, and this new key shares the overflow
+    /// The keyed limiter's table tracks `max_keys` keys and none may make way for this new key
+    /// (see [`Admission`](crate::limiter::Admission)), so it shares the overflow
     /// cell, which is over its quota.
     KeyTableFull,
     /// The time arithmetic would overflow (a clock reading near `u64::MAX` ns). Denied rather

@@ -211,24 +211,19 @@ fn quota_window(q: &Quota) -> (u64, u64) {
         // num/den is the exact number of ns per byte.
         Per::Byte { num, den } => period_ns.saturating_mul(den) / u128::from(num.max(1)),
     };
-    let (quota, window) = if period >= Duration::from_secs(1) {
-        (per_period, u128::from(period.as_secs()))
+    const SEC: u128 = 1_000_000_000;
+    let (quota, window) = if period_ns % SEC == 0 {
+        (per_period, period_ns / SEC)
+    } else if period >= Duration::from_secs(1) {
+        // `1/1500ms`: whole seconds only, so the window is rounded up and the quota scaled
+        // down to it (never more than the rate admits).
+        let w = period_ns.div_ceil(SEC);
+        (per_period.saturating_mul(w * SEC) / period_ns, w)
     } else {
-        (per_period.saturating_mul(1_000_000_000) / period_ns, 1)
+        (per_period.saturating_mul(SEC) / period_ns, 1)
     };
     let fit = |v: u128| u64::try_from(v).unwrap_or(u64::MAX);
     (fit(quota), fit(window))
-}
-
-/// The quota over its own period, to compare with the burst.
-fn per_period(q: &Quota) -> u64 {
-    match q.params().per {
-        Per::Request { .. } => q.count(),
-        Per::Byte { num, den } => {
-            let v = q.period().as_nanos().max(1).saturating_mul(den) / u128::from(num.max(1));
-            u64::try_from(v).unwrap_or(u64::MAX)
-        }
-    }
 }
 
 /// `RateLimit-Policy` for all matched limits that tell their quota.
@@ -251,7 +246,9 @@ pub(crate) fn policy_field(all: &[Figures]) -> Option<HeaderValue> {
             if q.is_bytes() {
                 out.extend_from_slice(b";qu=\"content-bytes\"");
             }
-            if q.burst() != per_period(q) {
+            // The burst, when `q` alone would suggest another: a client reads `q` as what a
+            // window admits, and a burst other than `q` admits another number at once.
+            if q.burst() != quota {
                 out.extend_from_slice(b";tollgate-burst=");
                 push_u64(out, q.burst());
             }
@@ -317,8 +314,11 @@ mod tests {
         let v = |q: &str| policy_field(&[figures("p", q)]).unwrap(); // test
         assert_eq!(v("100/s"), r#""p";q=100;w=1"#);
         assert_eq!(v("600/min;burst=50"), r#""p";q=600;w=60;tollgate-burst=50"#);
-        assert_eq!(v("5/ms"), r#""p";q=5000;w=1"#);
+        assert_eq!(v("5/ms"), r#""p";q=5000;w=1;tollgate-burst=5"#);
         assert_eq!(v("1/d"), r#""p";q=1;w=86400"#);
+        assert_eq!(v("1/2d"), r#""p";q=1;w=172800"#);
+        assert_eq!(v("1/90ms"), r#""p";q=11;w=1;tollgate-burst=1"#);
+        assert_eq!(v("3/1500ms"), r#""p";q=4;w=2;tollgate-burst=3"#);
         assert_eq!(v("1MB/s"), r#""p";q=1000000;w=1;qu="content-bytes""#);
         assert_eq!(v("2Gbit/s"), r#""p";q=250000000;w=1;qu="content-bytes""#);
         assert_eq!(

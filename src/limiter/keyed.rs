@@ -80,7 +80,8 @@ pub const DEFAULT_MAX_KEYS: usize = 1 << 20;
 pub const MAX_KEYS: usize = u32::MAX as usize;
 pub(crate) const MAX_KEYS_LIMIT: usize = MAX_KEYS;
 
-/// A rate limiter with one cell per key, bounded to `max_keys` live keys.
+/// A rate limiter with one cell per key, bounded to `max_keys` tracked keys (active, or idle
+/// and not yet swept).
 ///
 /// ```
 /// use tollgate::{KeyedRateLimiter, Verdict};

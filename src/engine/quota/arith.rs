@@ -3,7 +3,8 @@
 
 use core::hash::{Hash, Hasher};
 
-use super::{Quota, TimeUnit, WorkUnit};
+use super::units::Period;
+use super::{Quota, WorkUnit};
 use crate::engine::gcra::{Params, Per, MAX_TAU};
 
 impl Quota {
@@ -15,12 +16,13 @@ impl Quota {
     pub(super) fn from_parts(
         count: u64,
         work: Option<WorkUnit>,
-        time: TimeUnit,
+        time: Period,
         burst: Option<u128>,
     ) -> Quota {
         let period = u128::from(time.nanos());
-        // ns per request is P/C; ns per byte is P·8 / (C·bits). P·8 < 2^50 and
-        // C·bits < 2^97, so both fit u128, and the reduced numerator fits u64.
+        // ns per request is P/C; ns per byte is P·8 / (C·bits). P·8 ≤ 2^62 (the period is
+        // at most 2^59 ns) and C·bits < 2^97, so both fit u128, and the reduced numerator
+        // fits u64.
         let (num, den) = match work {
             None => (period, u128::from(count)),
             Some(unit) => (period * 8, u128::from(count) * u128::from(unit.bits())),

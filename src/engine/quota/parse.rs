@@ -3,6 +3,7 @@
 //! It scans left to right over ASCII bytes and stops at the first problem, so every error has
 //! one offset. Hints are only given when the hinted spelling is itself valid.
 
+use super::units::{Period, MAX_PERIOD_NS};
 use super::{Quota, TimeUnit, WorkUnit};
 use crate::engine::error::{QuotaError, QuotaErrorKind as Kind, Quoted};
 
@@ -66,7 +67,7 @@ const WORK_ALIASES: [(&str, &str); 6] = [
 pub(super) struct Parsed {
     pub(super) count: u64,
     pub(super) work: Option<WorkUnit>,
-    pub(super) time: TimeUnit,
+    pub(super) time: Period,
     /// The burst in requests or bytes, if one was written.
     pub(super) burst: Option<u128>,
 }
@@ -109,10 +110,23 @@ pub(super) fn parse(input: &str) -> Result<Parsed, QuotaError> {
         Some(b';') | None => return Err(cur.missing_time_unit(work)),
         Some(_) => return Err(cur.unexpected()),
     }
+    // A period of several units: `1/90ms`, `1/2d`.
+    let span_at = cur.pos;
+    let span = match cur.peek() {
+        Some(b) if b.is_ascii_digit() => cur.count("period")?,
+        _ => 1,
+    };
     let time_at = cur.pos;
-    let time = match cur.word() {
+    let unit = match cur.word() {
         "" => return Err(cur.no_time_unit()),
         word => time_unit(word, time_at, input)?,
+    };
+    let Some(time) = Period::new(span, unit) else {
+        let msg = format!(
+            "period longer than {MAX_PERIOD_NS} ns (about 18 years) in {}",
+            Quoted(input)
+        );
+        return Err(QuotaError::new(Kind::Overflow, span_at, msg));
     };
     let burst = match cur.peek() {
         None => None,
@@ -336,9 +350,6 @@ impl<'a> Cursor<'a> {
                 let msg = format!(r#"missing time unit after "/" in {}"#, Quoted(self.input));
                 QuotaError::new(Kind::MissingUnit, self.pos, msg)
             }
-            Some(b) if b.is_ascii_digit() => {
-                self.malformed("a time unit takes no count, write the rate per one unit")
-            }
             Some(_) => self.unexpected(),
         }
     }
@@ -425,10 +436,13 @@ mod tests {
         let p = parse("2Gbit/s;burst=64MiB").unwrap(); // a test: a panic is its failure
         assert_eq!(p.count, 2);
         assert_eq!(p.work, Some(WorkUnit::GigaBit));
-        assert_eq!(p.time, TimeUnit::Second);
+        assert_eq!(p.time, Period::of(TimeUnit::Second));
         assert_eq!(p.burst, Some(64 << 20));
         let p = parse("100/minute;burst=250").unwrap(); // a test: a panic is its failure
-        assert_eq!((p.count, p.work, p.time), (100, None, TimeUnit::Minute));
+        assert_eq!(
+            (p.count, p.work, p.time),
+            (100, None, Period::of(TimeUnit::Minute))
+        );
         assert_eq!(p.burst, Some(250));
     }
 

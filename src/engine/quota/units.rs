@@ -34,6 +34,61 @@ impl TimeUnit {
     }
 }
 
+/// A quota's period: a whole number (`span`, at least 1) of a time unit, as written
+/// (`"1/90ms"` is 90 ms, `"5/min"` one minute). At most [`MAX_PERIOD_NS`] long, so the
+/// arithmetic of a byte budget (`P·8` ns) stays within 64 bits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Period {
+    span: u64,
+    unit: TimeUnit,
+}
+
+/// The longest period: 2^59 ns, about 18 years.
+pub(crate) const MAX_PERIOD_NS: u64 = 1 << 59;
+
+impl Period {
+    /// One `unit`.
+    pub(super) const fn of(unit: TimeUnit) -> Self {
+        Self { span: 1, unit }
+    }
+
+    /// `span` units, if at least one and at most [`MAX_PERIOD_NS`] long.
+    pub(super) fn new(span: u64, unit: TimeUnit) -> Option<Self> {
+        let ns = span.checked_mul(unit.nanos())?;
+        (span >= 1 && ns <= MAX_PERIOD_NS).then_some(Self { span, unit })
+    }
+
+    /// The length in ns (checked at construction: it fits).
+    pub(super) const fn nanos(self) -> u64 {
+        self.span.saturating_mul(self.unit.nanos())
+    }
+
+    /// The period written as its largest exact unit with a span: 90 ms as `(90, ms)`, two
+    /// days as `(2, d)`; `None` unless it is a whole number of milliseconds.
+    pub(super) fn from_nanos(ns: u64) -> Option<Self> {
+        [
+            TimeUnit::Day,
+            TimeUnit::Hour,
+            TimeUnit::Minute,
+            TimeUnit::Second,
+            TimeUnit::Milli,
+        ]
+        .into_iter()
+        .find(|u| ns % u.nanos() == 0)
+        .and_then(|u| Self::new(ns / u.nanos(), u))
+    }
+}
+
+impl core::fmt::Display for Period {
+    /// `ms`, `s`, `min`, `h`, `d`; with the span before the unit when it is not 1 (`90ms`).
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        if self.span != 1 {
+            write!(f, "{}", self.span)?;
+        }
+        f.write_str(self.unit.symbol())
+    }
+}
+
 /// The work unit of a byte budget.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum WorkUnit {

@@ -69,9 +69,12 @@ impl<K> KeyedRateLimiterBuilder<K> {
         self
     }
 
-    /// The most live keys tracked at once (default 2^20, at least 1): a cap, not a
-    /// reservation — the table grows with the keys it tracks, up to this many. When it holds
-    /// this many live keys, new keys share one overflow cell.
+    /// The most keys tracked at once (default 2^20, at least 1): a cap, not a reservation —
+    /// the table grows with the keys it tracks, up to this many. A tracked key is one with a
+    /// slot: active, or idle and not yet swept (a key whose cell is full again stays tracked
+    /// until a newcomer needs its slot). When the table tracks this many, a new key takes the
+    /// slot of an idle one if [`Admission`](crate::limiter::Admission) lets it, else shares
+    /// one overflow cell; a key with a debt (its cell not full) is never displaced.
     pub fn max_keys(mut self, max_keys: usize) -> Self {
         self.max_keys = max_keys.clamp(1, MAX_KEYS_LIMIT);
         self
