@@ -46,7 +46,7 @@
 //! | one limit shared by every instance, through Redis (Cluster, TLS) | [`redis`] | `redis` |
 //! | counters and gauges for a scrape | [`metrics`] | `metrics` |
 //! | events for trips, clock faults, reloads, rollouts | (`tracing` events) | `tracing` |
-//! | the guides: gateway, Redis, limits, metrics, replay, model checking | `guide` | |
+//! | the guides: gateway, Redis, limits, metrics, replay, model checking | [`guide`] | |
 //!
 //! Modules behind a feature are linked when it is on (docs.rs builds with every feature).
 //!
@@ -145,7 +145,8 @@
 #![warn(missing_debug_implementations, unreachable_pub)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-#[cfg(doctest)]
+/// The README's examples run as doctests (they use the gateway layer and Redis).
+#[cfg(all(doctest, feature = "axum", feature = "redis"))]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
@@ -158,6 +159,7 @@ mod engine;
 mod sync;
 
 pub mod concurrency;
+pub mod guide;
 pub mod limiter;
 pub mod safety;
 pub mod shaping;

@@ -10,7 +10,8 @@
 //! A refused one is [`Saturated`], with the limit and the count in flight. With feature
 //! `tokio`, `acquire().await` waits in a FIFO queue (one per key) for at most a `max_wait`.
 //!
-//! See `docs/concurrency.md` for when to limit the rate and when the concurrency.
+//! See the [guide](crate::guide::concurrency) (feature `tower`) for when to limit the rate and
+//! when the concurrency.
 //!
 //! # Exactness
 //!
@@ -57,11 +58,6 @@
 
 use core::fmt;
 use core::time::Duration;
-
-/// The guide's examples run as doctests (one needs the gateway layer).
-#[cfg(all(doctest, feature = "tower"))]
-#[doc = include_str!("../../docs/concurrency.md")]
-struct GuideDoctests;
 
 mod direct;
 mod keyed;
