@@ -11,7 +11,8 @@
 //! | [`replay`] | `tollgate replay`: the three outages, and your own access log against your limits |
 //! | [`metrics`] | every metric, label and tracing event, with dashboard queries (feature `metrics`) |
 //! | [`redis`] | shared limits: semantics, failure policies, leases and their proof, TLS and auth, Cluster (feature `redis`) |
-//! | [`development`] | the CI script, the Redis tests, the loom models |
+//! | [`development`] | the CI script and the Redis tests |
+//! | [`model_checking`] | the loom models of the lock-free core, and how to run them |
 //! | [`incidents`] | the outages tollgate was built around, and how the replay models them |
 //! | [`msrv`] | the minimum Rust version of each feature |
 //!
@@ -54,6 +55,9 @@ pub mod redis {}
 
 #[doc = include_str!("../docs/development.md")]
 pub mod development {}
+
+#[doc = include_str!("../docs/model-checking.md")]
+pub mod model_checking {}
 
 #[doc = include_str!("../docs/incidents.md")]
 pub mod incidents {}
