@@ -18,13 +18,13 @@ const DEADLINE: Duration = Duration::from_secs(2);
 const PASSWORD: &str = "s3cret-pw";
 const PREFIX: &str = "gw";
 
-/// The README's minimal ACL for the prefix `gw` (read from the README itself, so the two
+/// The Redis guide's minimal ACL for the prefix `gw` (read from docs/redis.md itself, so the two
 /// cannot drift apart), without the rules in `except`.
 fn minimal_acl(except: &str) -> Vec<String> {
-    let readme = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+    let readme = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/redis.md"))
         .lines()
         .find_map(|l| l.trim().strip_prefix("ACL SETUSER tollgate "))
-        .expect("the README gives the minimal ACL")
+        .expect("docs/redis.md gives the minimal ACL")
         .replace("PASSWORD", PASSWORD);
     assert!(readme.contains(&format!("~{PREFIX}:*")), "{readme}");
     readme
