@@ -10,7 +10,7 @@
 //! | [`ci_gate`] | refusing an unacknowledged tightening in CI |
 //! | [`replay`] | `tollgate replay`: the three outages, and your own access log against your limits |
 //! | [`metrics`] | every metric, label and tracing event, with dashboard queries (feature `metrics`) |
-//! | [`redis`] | shared limits: semantics, failure policies, leases and their proof, TLS and auth, Cluster (feature `redis`) |
+//! | [`redis`] | shared limits: semantics, failure policies, leases and their proof, concurrency limits across instances, TLS and auth, Cluster (feature `redis`) |
 //! | [`development`] | the CI script and the Redis tests |
 //! | [`model_checking`] | the loom models of the lock-free core, and how to run them |
 //! | [`incidents`] | the outages tollgate was built around, and how the replay models them |

@@ -274,3 +274,73 @@ async fn one_node_with_a_database_other_than_0_is_a_typed_error() {
     }
     assert_eq!(lim.stats().fallbacks(), 0);
 }
+
+/// The shared concurrency limit on the cluster: two instances through different nodes, 200
+/// customers on every master, each exactly at its limit, every slot given back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrency_slots_on_every_master_through_two_nodes() {
+    use std::num::NonZeroU32;
+    use tollgate::redis::{AcquireError, SharedConcurrencyLimiter};
+    let Some(c) = redis_cluster::shared("conc") else {
+        return;
+    };
+    let p = prefix("conc");
+    let build = |url: String| {
+        SharedConcurrencyLimiter::builder(NonZeroU32::new(2).unwrap(), &url)
+            .prefix(&p)
+            .deadline(DEADLINE)
+            .build()
+            .unwrap()
+    };
+    let (a, b) = (build(c.nodes[0].url()), build(c.nodes[4].url()));
+    let customers: Vec<String> = (0..200).map(|i| format!("c{i}")).collect();
+    let mut held = Vec::new();
+    for name in &customers {
+        held.push(a.try_acquire_key(name).await.unwrap());
+        held.push(b.try_acquire_key(name).await.unwrap());
+        for lim in [&a, &b] {
+            match lim.try_acquire_key(name).await {
+                Err(AcquireError::Saturated(s)) => assert_eq!(s.in_flight(), 2, "{name}"),
+                other => panic!("{name}: {other:?}"),
+            }
+        }
+    }
+    assert!(held.iter().all(|p| p.is_shared()));
+    assert!(a.cluster_mode() && b.cluster_mode());
+    let mut per_master: HashMap<u16, usize> = HashMap::new();
+    for name in &customers {
+        let p = holder(&c, &a.key(name)).unwrap_or_else(|| panic!("no master holds {name}"));
+        *per_master.entry(p).or_default() += 1;
+    }
+    assert_eq!(
+        per_master.len(),
+        3,
+        "every master holds slots: {per_master:?}"
+    );
+    assert_eq!(
+        a.renew().await + b.renew().await,
+        400,
+        "one renewal call per customer each"
+    );
+    drop(held);
+    a.flush().await;
+    b.flush().await;
+    for name in &customers {
+        assert_eq!(a.in_flight_key(name).await.unwrap(), Some(0), "{name}");
+    }
+    let (sa, sb) = (a.stats(), b.stats());
+    assert_eq!(
+        (sa.acquired, sa.saturated, sa.released),
+        (200, 200, 200),
+        "{sa:?}"
+    );
+    assert_eq!(
+        (sb.acquired, sb.saturated, sb.released),
+        (200, 200, 200),
+        "{sb:?}"
+    );
+    assert_eq!(
+        (sa.fallbacks(), sb.fallbacks(), sa.errors, sb.errors),
+        (0, 0, 0, 0)
+    );
+}

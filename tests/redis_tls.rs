@@ -255,3 +255,41 @@ async fn bad_certificates_and_keys_are_refused_at_build() {
         build(builder("redis://127.0.0.1:1/", FailurePolicy::Local).tls_root_ca(pki.ca.as_bytes()));
     assert!(matches!(e, BackendError::InvalidSetting(_)), "{e}");
 }
+
+/// The shared concurrency limiter over the same TLS: the right CA takes and gives back
+/// slots; an unrelated CA is the certificate error at the acquire, never a fallback permit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_concurrency_limiter_speaks_tls_and_refuses_a_wrong_ca() {
+    use std::num::NonZeroU32;
+    use tollgate::redis::{AcquireError, SharedConcurrencyLimiter};
+    let pki = Pki::new("tollgate test CA");
+    let Some(s) = Server::tls("tls_conc", &pki, false) else {
+        return;
+    };
+    let build = |ca: &str| {
+        SharedConcurrencyLimiter::builder(NonZeroU32::new(1).unwrap(), &url(&s))
+            .deadline(DEADLINE)
+            .failure_policy(FailurePolicy::Open)
+            .tls_root_ca(ca.as_bytes())
+            .build()
+            .unwrap()
+    };
+    let lim = build(&pki.ca);
+    let held = lim.try_acquire_key("customer").await.unwrap();
+    assert!(held.is_shared());
+    assert!(matches!(
+        lim.try_acquire_key("customer").await,
+        Err(AcquireError::Saturated(_))
+    ));
+    drop(held);
+    lim.flush().await;
+    assert_eq!(lim.in_flight_key("customer").await.unwrap(), Some(0));
+    let other = Pki::new("another CA");
+    let wrong = build(&other.ca);
+    match wrong.try_acquire_key("customer").await {
+        Err(AcquireError::Backend(BackendError::CertificateVerification(_))) => {}
+        other => panic!("{other:?}"),
+    }
+    let st = wrong.stats();
+    assert_eq!((st.misconfigured, st.fallbacks()), (1, 0), "{st:?}");
+}

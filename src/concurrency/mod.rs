@@ -100,6 +100,9 @@ pub enum SaturatedReason {
     TableFull,
     /// A wait ran for its whole `max_wait` without a slot freeing.
     Timeout,
+    /// A [shared limiter](crate::redis::SharedConcurrencyLimiter) could not reach Redis, and
+    /// its failure policy is [`Closed`](crate::redis::FailurePolicy::Closed).
+    BackendUnavailable,
 }
 
 /// A refused acquire: no slot was open to it.
@@ -140,6 +143,14 @@ impl Saturated {
         Self {
             reason: SaturatedReason::TableFull,
             ..Self::limit_reached(limit, 0, slots)
+        }
+    }
+
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))] // reason: the shared limiter's
+    pub(crate) fn backend_unavailable(limit: u32) -> Self {
+        Self {
+            reason: SaturatedReason::BackendUnavailable,
+            ..Self::limit_reached(limit, 0, limit)
         }
     }
 
@@ -185,6 +196,9 @@ impl fmt::Display for Saturated {
         match self.reason {
             SaturatedReason::TableFull => {
                 f.write_str("no room for another key: every tracked key has permits in flight")
+            }
+            SaturatedReason::BackendUnavailable => {
+                f.write_str("Redis could not be reached, and the failure policy refuses (Closed)")
             }
             _ if self.slots < self.limit => write!(
                 f,

@@ -294,41 +294,10 @@ impl SharedRateLimiterBuilder {
     /// password or ACL shows at the first check, as its error (see
     /// [`BackendError::CertificateVerification`]).
     pub fn build(self) -> Result<SharedRateLimiter, BackendError> {
-        if !key::valid_name(&self.prefix) {
-            return Err(BackendError::InvalidName {
-                what: "prefix",
-                name: self.prefix,
-            });
-        }
-        for (i, (name, _)) in self.limits.iter().enumerate() {
-            if !key::valid_name(name) {
-                return Err(BackendError::InvalidName {
-                    what: "policy",
-                    name: name.clone(),
-                });
-            }
-            if !key::valid_policy(name) {
-                return Err(BackendError::ColonInPolicy(name.clone()));
-            }
-            if self.limits[..i].iter().any(|(n, _)| n == name) {
-                return Err(BackendError::DuplicatePolicy(name.clone()));
-            }
-        }
-        if !(self.share > 0.0 && self.share <= 1.0) {
-            return Err(BackendError::InvalidShare(self.share));
-        }
-        if self.deadline.is_zero() {
-            return Err(BackendError::InvalidSetting(
-                "the deadline must be above zero",
-            ));
-        }
+        let names: Vec<&str> = self.limits.iter().map(|(n, _)| n.as_str()).collect();
+        check_settings(&self.prefix, &names, self.share, self.deadline)?;
         let leases = self.leases()?;
-        if tokio::runtime::Handle::try_current().is_err() {
-            return Err(BackendError::NoRuntime);
-        }
-        let mut urls = vec![self.url];
-        urls.extend(self.seeds);
-        let backend = Backend::new(conn::clients(&urls, &self.tls, self.deadline)?)?;
+        let backend = backend(self.url, self.seeds, &self.tls, self.deadline)?;
         let local_clock = self.clock.clone().unwrap_or_default();
         let default_ttl = match self.clock {
             Some(_) => Duration::from_secs(60),
@@ -396,6 +365,60 @@ impl SharedRateLimiterBuilder {
             }),
         })
     }
+}
+
+/// The settings every shared limiter checks alike: the prefix and the policy names (valid,
+/// distinct), the local share, the deadline.
+pub(crate) fn check_settings(
+    prefix: &str,
+    policies: &[&str],
+    share: f64,
+    deadline: Duration,
+) -> Result<(), BackendError> {
+    if !key::valid_name(prefix) {
+        return Err(BackendError::InvalidName {
+            what: "prefix",
+            name: prefix.to_owned(),
+        });
+    }
+    for (i, name) in policies.iter().enumerate() {
+        if !key::valid_name(name) {
+            return Err(BackendError::InvalidName {
+                what: "policy",
+                name: (*name).to_owned(),
+            });
+        }
+        if !key::valid_policy(name) {
+            return Err(BackendError::ColonInPolicy((*name).to_owned()));
+        }
+        if policies[..i].contains(name) {
+            return Err(BackendError::DuplicatePolicy((*name).to_owned()));
+        }
+    }
+    if !(share > 0.0 && share <= 1.0) {
+        return Err(BackendError::InvalidShare(share));
+    }
+    if deadline.is_zero() {
+        return Err(BackendError::InvalidSetting(
+            "the deadline must be above zero",
+        ));
+    }
+    Ok(())
+}
+
+/// The backend for the builder's URL and seeds (connecting nothing), inside a tokio runtime.
+pub(crate) fn backend(
+    url: String,
+    seeds: Vec<String>,
+    tls: &TlsConfig,
+    deadline: Duration,
+) -> Result<Backend, BackendError> {
+    if tokio::runtime::Handle::try_current().is_err() {
+        return Err(BackendError::NoRuntime);
+    }
+    let mut urls = vec![url];
+    urls.extend(seeds);
+    Backend::new(conn::clients(&urls, tls, deadline)?)
 }
 
 /// `q` times `factor` (rate and burst; at least 1): the quota of the cells that bound a

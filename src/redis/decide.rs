@@ -2,22 +2,17 @@
 //! the deadline, its outcome classified, and the failure policy's verdict when Redis cannot
 //! decide.
 
-use crate::sync::atomic::AtomicU64;
-
-use redis::RedisError;
-
-use super::breaker::{self, Permit};
 use super::builder::FailurePolicy;
-use super::conn::{self, Con};
+use super::call::{Called, Guard};
 use super::error::BackendError;
-use super::key::{self, MAX_KEY_BYTES};
+use super::key::MAX_KEY_BYTES;
 use super::lease::{Ask, Lease, Leases, Spend};
 use super::limit::{Limit, MAX_NOW_US};
 use super::limiter::SharedRateLimiter;
-use super::script::{Call, Reply};
-use super::stats::{bump, Counters};
+use super::script::{Call, Gcra, Reply};
+use super::stats::bump;
 use crate::engine::check::Check;
-use crate::engine::clock::{saturating_nanos, Clock};
+use crate::engine::clock::saturating_nanos;
 use crate::engine::error::InsufficientCapacity;
 use crate::engine::verdict::{Denied, DenyReason, PassReason, PassThrough, Shadow, Verdict};
 
@@ -94,15 +89,6 @@ impl SharedRateLimiter {
             None => None,
         };
         let keys = self.keys(key);
-        let real = Clock::os();
-        let cluster = inner.backend.is_cluster();
-        let slot = cluster.then(|| key::slot(&keys[0]));
-        let (breaker, range) = (inner.breakers.of(slot), breaker::range_of(slot));
-        let permit = breaker.permit(real.now_nanos());
-        if permit == Permit::Reject {
-            bump(&inner.counters.breaker_rejected, 1);
-            return Ok(self.fallback(key, n, charge));
-        }
         let call = Call {
             keys: &keys,
             now,
@@ -112,117 +98,35 @@ impl SharedRateLimiter {
             lease: ask.map(|a| (a.cells, a.after)),
             horizon: inner.leases.as_ref().map_or(0, |l| l.horizon),
         };
-        let mut reloaded = false;
-        let mut routed = false;
-        bump(&inner.counters.round_trips, 1);
+        let guard = Guard {
+            backend: &inner.backend,
+            breakers: &inner.breakers,
+            counters: &inner.counters,
+            deadline: inner.deadline,
+        };
+        // Sent unless the breaker rejects it (decided before the first await): a future
+        // dropped while the call is out leaves the lease run ended.
         if let Some(s) = &mut settle {
             s.sent = true;
         }
-        let attempt = self.attempt(&call, &mut reloaded, &mut routed);
-        let outcome = tokio::time::timeout(inner.deadline, attempt).await;
-        if reloaded {
-            bump(&inner.counters.script_reloads, 1);
-        }
-        if inner.backend.is_cluster() {
-            match &outcome {
-                Ok(Ok(_)) => inner.backend.cluster_ok(range),
-                // A fresh connection: every open breaker probes at once rather than after
-                // its cool-down, so customers come back as soon as the new client finds
-                // their shard.
-                Err(_) => {
-                    if inner.backend.cluster_timed_out(range) {
-                        inner.breakers.probe_now(real.now_nanos());
-                    }
-                }
-                Ok(Err(_)) => {}
-            }
-        }
-        let fault = match outcome {
-            Ok(Ok(Ok(reply))) => {
+        let gcra = Gcra {
+            script: &inner.script,
+            call: &call,
+        };
+        match guard.call(&keys[0], &gcra).await? {
+            Called::Answered(reply) => {
                 if let Some(s) = &mut settle {
                     s.answered = true;
                 }
-                breaker.success(real.now_nanos(), permit);
-                return Ok(self.verdict(key, (&limits, &args), reply, local_now, ask.as_ref()));
+                Ok(self.verdict(key, (&limits, &args), reply, local_now, ask.as_ref()))
             }
-            Ok(Err(Attempt::Config(e))) => return Err(e),
-            // A reply the script never gives (a proxy in between, another script under the
-            // same SHA) decides nothing: a backend fault, answered like Redis being down.
-            Ok(Ok(Err(_unexpected))) => &inner.counters.errors,
-            Ok(Err(Attempt::Redis(e))) => {
-                if let Some((err, count)) = misconfigured(&inner.counters, &e) {
-                    if e.kind() == redis::ErrorKind::AuthenticationFailed {
-                        inner.backend.renew();
-                    }
-                    // Redis is there and answered: no outage, so the breaker hears a success
-                    // (a probe closes it, and every later check meets the error too) and the
-                    // failure policy is not asked — its verdicts would hide a fault that no
-                    // waiting repairs.
-                    breaker.success(real.now_nanos(), permit);
-                    bump(count, 1);
-                    return Err(err);
+            Called::Rejected => {
+                if let Some(s) = &mut settle {
+                    s.sent = false;
                 }
-                fault(&inner.counters, &e)
+                Ok(self.fallback(key, n, charge))
             }
-            // Still being redirected at the deadline (a slot in migration): Redis did not
-            // decide in time, but no node failed, so the breaker is not told.
-            Err(_) if routed => {
-                bump(&inner.counters.timeouts, 1);
-                return Ok(self.fallback(key, n, charge));
-            }
-            Err(_) => &inner.counters.timeouts,
-        };
-        breaker.failure(real.now_nanos(), permit);
-        bump(fault, 1);
-        Ok(self.fallback(key, n, charge))
-    }
-
-    /// One call, until Redis decides or fails, with no deadline of its own (the caller's cuts
-    /// it). One server: a call that finds the connection lost starts a reconnect and fails at
-    /// once, so it tries once more on the new connection, and the first probe after a restart
-    /// succeeds rather than the one after it (the reconnect is one attempt with no backoff: with
-    /// no server, the retry is refused at once too); a cluster reply switches to cluster mode
-    /// and sends the call again there. A cluster: the client follows redirections itself, and
-    /// one that outlives its retries (`routed`) is sent again, as routing is not failure.
-    async fn attempt(
-        &self,
-        call: &Call<'_>,
-        reloaded: &mut bool,
-        routed: &mut bool,
-    ) -> Result<Result<Reply, String>, Attempt> {
-        let inner = &*self.inner;
-        let script = &inner.script;
-        let mut cluster = match inner.backend.con().map_err(Attempt::Config)? {
-            Con::Cluster(c) => c,
-            Con::Standalone(mut con) => {
-                let first = match script.run(&mut con, call, reloaded).await {
-                    Err(e)
-                        if (e.is_io_error() || e.is_connection_dropped())
-                            && BackendError::misconfiguration(&e).is_none() =>
-                    {
-                        script.run(&mut con, call, reloaded).await
-                    }
-                    other => other,
-                };
-                match first {
-                    Err(e) if conn::is_cluster_reply(&e) => {
-                        inner.backend.to_cluster().map_err(Attempt::Config)?
-                    }
-                    Err(e) if conn::is_select_refused(&e) => {
-                        return Err(Attempt::Config(inner.backend.no_cluster()));
-                    }
-                    other => return other.map_err(Attempt::Redis),
-                }
-            }
-        };
-        loop {
-            match script.run(&mut cluster, call, reloaded).await {
-                Err(e) if conn::is_routing(&e) => {
-                    *routed = true;
-                    tokio::time::sleep(core::time::Duration::from_millis(1)).await;
-                }
-                other => return other.map_err(Attempt::Redis),
-            }
+            Called::Failed => Ok(self.fallback(key, n, charge)),
         }
     }
 
@@ -397,21 +301,6 @@ impl SharedRateLimiter {
     }
 }
 
-/// The counter of a call the client failed: `timeouts` for an I/O timeout (a connect that got
-/// no answer), `refused` for any other I/O error — no server to talk to: the connection
-/// refused, reset, aborted or closed under the call (what a killed server looks like), the
-/// host unreachable — and `errors` for what a server answered (a server or script error, a
-/// reply of the wrong type).
-fn fault<'a>(c: &'a Counters, e: &RedisError) -> &'a AtomicU64 {
-    if e.is_timeout() {
-        &c.timeouts
-    } else if e.is_connection_refusal() || e.is_connection_dropped() || e.is_io_error() {
-        &c.refused
-    } else {
-        &c.errors
-    }
-}
-
 /// Marks the lease call of `key` settled when dropped.
 struct Settle<'a> {
     leases: &'a Leases,
@@ -428,26 +317,6 @@ impl Drop for Settle<'_> {
         // reserved cells in Redis that this instance will never hold: that ends the run.
         self.leases.settle(self.key, self.sent && !self.answered);
     }
-}
-
-/// Why an attempt ended without a reply.
-enum Attempt {
-    /// A fault of Redis (or of the way to it): the failure policy answers.
-    Redis(RedisError),
-    /// A configuration that cannot work (a cluster behind a URL that cannot reach one).
-    Config(BackendError),
-}
-
-/// The error and the counter of a call that met a misconfiguration (a certificate, TLS, the
-/// credentials, the ACL), or `None` for a fault the failure policy answers.
-fn misconfigured<'a>(c: &'a Counters, e: &RedisError) -> Option<(BackendError, &'a AtomicU64)> {
-    let err = BackendError::misconfiguration(e)?;
-    let count = match err {
-        BackendError::Authentication(_) => &c.auth_failures,
-        BackendError::Permission(_) => &c.permission_denied,
-        _ => &c.tls_failures,
-    };
-    Some((err, count))
 }
 
 fn deny_us(retry_us: u64, reason: DenyReason) -> Verdict {

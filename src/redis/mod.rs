@@ -1,11 +1,14 @@
 //! Beyond one machine (feature `redis`): [`SharedRateLimiter`], a
 //! GCRA in one Lua script per check, behind a per-call deadline, a circuit breaker, a local
-//! deny cache and a failure policy. Uses the engine (quotas, verdicts, clocks) and the
+//! deny cache and a failure policy; and [`SharedConcurrencyLimiter`], requests in flight per
+//! customer as leased slots that a crashed instance cannot leak. Uses the engine (quotas, verdicts, clocks) and the
 //! in-memory keyed limiter (the local fallback).
 
 pub(crate) mod breaker;
 pub(crate) mod builder;
 pub(crate) mod cache;
+pub(crate) mod call;
+pub(crate) mod concurrency;
 pub(crate) mod conn;
 pub(crate) mod decide;
 pub(crate) mod error;
@@ -20,6 +23,10 @@ pub(crate) mod tls;
 
 pub use breaker::BreakerConfig;
 pub use builder::{FailurePolicy, SharedRateLimiterBuilder};
+pub use concurrency::{
+    AcquireError, SharedConcurrencyLimiter, SharedConcurrencyLimiterBuilder,
+    SharedConcurrencyStats, SharedPermit,
+};
 pub use error::BackendError;
 pub use limiter::SharedRateLimiter;
 pub use stats::SharedStats;

@@ -5,8 +5,12 @@
 //! the next `EVALSHA` there finds it. (A `SCRIPT LOAD` sent to every node would fail while any
 //! node is down, which is when a promoted replica needs it.)
 
+use core::future::Future;
+
 use redis::aio::ConnectionLike;
 use redis::{ErrorKind, RedisError, ServerErrorKind};
+
+use super::call::Eval;
 
 /// The script's source.
 pub(crate) const SOURCE: &str = include_str!("gcra.lua");
@@ -86,6 +90,24 @@ impl GcraScript {
             other => other?,
         };
         Ok(parse(&raw, call.keys.len()))
+    }
+}
+
+/// One GCRA call with its script, as the guarded call runs it.
+pub(crate) struct Gcra<'a> {
+    pub(crate) script: &'a GcraScript,
+    pub(crate) call: &'a Call<'a>,
+}
+
+impl Eval for Gcra<'_> {
+    type Out = Reply;
+
+    fn run<C: ConnectionLike + Send>(
+        &self,
+        con: &mut C,
+        reloaded: &mut bool,
+    ) -> impl Future<Output = Result<Result<Reply, String>, RedisError>> + Send {
+        self.script.run(con, self.call, reloaded)
     }
 }
 
