@@ -341,3 +341,79 @@ fn names_are_unique_across_rate_and_concurrency_limits() {
         LayerError::NoLimit
     );
 }
+
+/// A queue whose every wait ends when the test says (`gate.notify_waiters()`), or after
+/// `WAIT` as a backstop: the deadline is the test's, never the machine's speed.
+fn gated_queue(gate: &Arc<tokio::sync::Notify>, per_key: usize) -> tollgate::http::Queue {
+    let gate = Arc::clone(gate);
+    tollgate::http::Queue::new(WAIT, move |d| {
+        let gate = Arc::clone(&gate);
+        Box::pin(async move {
+            tokio::select! {
+                () = gate.notified() => {}
+                () = tokio::time::sleep(d) => {}
+            }
+        })
+    })
+    .max_waiters_per_key(per_key)
+}
+
+#[tokio::test]
+async fn queue_mode_waits_for_a_slot_and_serves_when_a_body_ends() {
+    let in_flight = Arc::new(KeyedConcurrencyLimiter::<String>::new(n(1)));
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let layer = RateLimitLayer::builder()
+        .key(api_key())
+        .concurrency("in-flight", Arc::clone(&in_flight))
+        .queue(gated_queue(&gate, 1))
+        .build()
+        .unwrap();
+    let (uri, mut senders) = serve(layer.clone()).await;
+    let client = client();
+
+    let first = get(&client, &uri, "alice").await;
+    assert_eq!(first.status(), 200);
+    let first_body = senders.recv().await.unwrap();
+    // The second waits for alice's slot instead of a 429.
+    let waiting = tokio::spawn({
+        let (client, uri) = (client.clone(), uri.clone());
+        async move { get(&client, &uri, "alice").await.status() }
+    });
+    eventually("the second request queues", || layer.stats().queued == 1).await;
+    // A third finds the key's one waiter place taken: 429 at once, counted.
+    let third = get(&client, &uri, "alice").await;
+    assert_eq!(third.status(), 429);
+    assert!(third.headers().get("retry-after").is_none());
+    assert_eq!(layer.stats().queue_full, 1);
+    // Another key is not behind alice.
+    assert_eq!(get(&client, &uri, "bob").await.status(), 200);
+    drop(first_body); // alice's first body ends: the slot goes to the waiter
+    drop(first);
+    assert_eq!(waiting.await.unwrap(), StatusCode::OK);
+    let s = layer.stats();
+    assert_eq!((s.queued, s.saturated), (1, 1), "{s:?}");
+}
+
+#[tokio::test]
+async fn queue_mode_gives_up_at_its_deadline_holding_nothing() {
+    let in_flight = Arc::new(ConcurrencyLimiter::new(n(1)));
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let layer = RateLimitLayer::builder()
+        .concurrency("in-flight", Arc::clone(&in_flight))
+        .queue(gated_queue(&gate, 8))
+        .build()
+        .unwrap();
+    let svc = layer.clone().layer(tower::service_fn(ok));
+    let held = svc.clone().oneshot(keyed("k")).await.unwrap();
+    let waiting = tokio::spawn(svc.clone().oneshot(keyed("k")));
+    eventually("the request queues", || in_flight.waiting() == 1).await;
+    gate.notify_waiters(); // its max_wait is over
+    let res = waiting.await.unwrap().unwrap();
+    assert_eq!(res.status(), 429);
+    assert_eq!(in_flight.waiting(), 0, "the ticket left the queue");
+    assert_eq!(in_flight.in_flight(), 1, "only the first holds a slot");
+    drop(held);
+    assert_eq!(in_flight.in_flight(), 0);
+    assert_eq!(svc.oneshot(keyed("k")).await.unwrap().status(), 200);
+    assert_eq!(layer.stats().saturated, 1);
+}

@@ -63,12 +63,14 @@ mod direct;
 mod keyed;
 mod permit;
 mod queue;
-#[cfg(feature = "tokio")]
+#[cfg(any(feature = "tokio", feature = "tower"))]
 mod wait;
 
 pub use direct::{ConcurrencyLimiter, ConcurrencyLimiterBuilder};
 pub use keyed::{KeyedConcurrencyLimiter, KeyedConcurrencyLimiterBuilder};
 pub use permit::Permit;
+#[cfg(feature = "tower")]
+pub(crate) use wait::NoSlot;
 
 /// A limit given as a plain integer that is not a valid concurrency limit.
 ///

@@ -1,15 +1,18 @@
-//! Waiting for a slot (feature `tokio`): `acquire().await` and `acquire_key(&k).await`.
+//! Waiting for a slot: `acquire().await` and `acquire_key(&k).await` (feature `tokio`), and
+//! the runtime-agnostic waits under them, bounded by any future (the gateway layer's queue
+//! mode gives its own sleep).
 //!
 //! A waiter takes a ticket in its counter's FIFO queue (`queue.rs`); releases grant slots to
 //! tickets in order, under the queue's lock. The future owns a [`Ticket`] whose drop takes
 //! the ticket out under that lock: a waiter cancelled while waiting held nothing, and one
-//! cancelled just after its grant gives the granted slot back. The bound is
-//! `tokio::time::timeout` (so tokio's paused clock drives it in tests).
+//! cancelled just after its grant gives the granted slot back. With tokio the bound is a
+//! `tokio::time::sleep` (so tokio's paused clock drives it in tests).
 
 use core::borrow::Borrow;
-use core::future::poll_fn;
+use core::future::{poll_fn, Future};
 use core::hash::Hash;
-use core::time::Duration;
+use core::pin::pin;
+use core::task::Poll;
 use std::sync::Arc;
 
 use super::direct::Core;
@@ -85,22 +88,57 @@ struct Ticket<'a, L: Line> {
 }
 
 impl<L: Line> Ticket<'_, L> {
-    /// Waits for the grant, for at most `max_wait`: `true` if granted (the slot is then the
-    /// caller's).
-    async fn wait(&mut self, max_wait: Option<Duration>) -> bool {
+    /// Waits for the grant until `deadline` completes: `true` if granted (the slot is then
+    /// the caller's).
+    async fn wait_until(&mut self, deadline: impl Future<Output = ()>) -> bool {
         let (line, id) = (self.line, self.id);
-        let granted = poll_fn(|cx| line.with(|q, _| q.poll(id, cx.waker())));
-        let got = match max_wait {
-            None => {
-                granted.await;
-                true
+        let mut deadline = pin!(deadline);
+        let got = poll_fn(|cx| {
+            if line.with(|q, _| q.poll(id, cx.waker())).is_ready() {
+                return Poll::Ready(true);
             }
-            Some(d) => tokio::time::timeout(d, granted).await.is_ok(),
-        };
+            deadline.as_mut().poll(cx).map(|()| false)
+        })
+        .await;
         // Timed out: a grant may still have landed before the lock was taken.
         let got = got || line.with(|q, _| q.leave(id) == Left::Granted);
         self.live = false;
         got
+    }
+}
+
+/// Why a bounded wait gave no permit.
+pub(crate) enum NoSlot {
+    /// Refused at once (a full key table): no wait would help.
+    Now(Saturated),
+    /// The deadline came first; the refusal as it stood then.
+    TimedOut(Saturated),
+}
+
+impl NoSlot {
+    #[cfg(feature = "tokio")]
+    fn timed(self, waited: core::time::Duration) -> Saturated {
+        match self {
+            Self::Now(s) => s,
+            Self::TimedOut(s) => s.timed_out(waited),
+        }
+    }
+
+    /// The refusal, however it came.
+    #[cfg_attr(not(feature = "tower"), allow(dead_code))] // reason: the layer's
+    pub(crate) fn into_saturated(self) -> Saturated {
+        match self {
+            Self::Now(s) | Self::TimedOut(s) => s,
+        }
+    }
+}
+
+/// `tokio::time::sleep(d)`, or a wait that never ends.
+#[cfg(feature = "tokio")]
+async fn bound(max_wait: Option<core::time::Duration>) {
+    match max_wait {
+        Some(d) => tokio::time::sleep(d).await,
+        None => core::future::pending().await,
     }
 }
 
@@ -145,6 +183,7 @@ impl ConcurrencyLimiter {
     /// # Errors
     ///
     /// [`Saturated`] (reason `Timeout`) if no slot was granted within `max_wait`.
+    #[cfg(feature = "tokio")]
     pub async fn acquire(&self) -> Result<Permit, Saturated> {
         self.acquire_class(0).await
     }
@@ -154,25 +193,37 @@ impl ConcurrencyLimiter {
     /// # Errors
     ///
     /// As [`acquire`](Self::acquire).
+    #[cfg(feature = "tokio")]
     pub async fn acquire_class(&self, class: u8) -> Result<Permit, Saturated> {
+        let start = tokio::time::Instant::now();
+        self.acquire_class_until(class, bound(self.core.max_wait))
+            .await
+            .map_err(|e| e.timed(start.elapsed()))
+    }
+
+    /// A permit, waiting in FIFO order until `deadline` completes.
+    pub(crate) async fn acquire_class_until(
+        &self,
+        class: u8,
+        deadline: impl Future<Output = ()>,
+    ) -> Result<Permit, NoSlot> {
         let core: &Core = &self.core;
         // Behind any earlier waiter: fair among waiters.
         if core.waiting.load(Ordering::Acquire) == 0 && core.take(class).is_ok() {
             return Ok(Permit::direct(Arc::clone(&self.core)));
         }
-        let start = tokio::time::Instant::now();
         let id = core.enqueue(class);
         let mut ticket = Ticket {
             line: core,
             id,
             live: true,
         };
-        if ticket.wait(core.max_wait).await {
+        if ticket.wait_until(deadline).await {
             Ok(Permit::direct(Arc::clone(&self.core)))
         } else {
             // Relaxed: a statistic.
             core.saturations.fetch_add(1, Ordering::Relaxed);
-            Err(core.saturated(class).timed_out(start.elapsed()))
+            Err(NoSlot::TimedOut(core.saturated(class)))
         }
     }
 }
@@ -205,6 +256,7 @@ impl<K> KeyedConcurrencyLimiter<K> {
     /// # Errors
     ///
     /// [`Saturated`]: a timeout, or the table full of other keys (returned at once).
+    #[cfg(feature = "tokio")]
     pub async fn acquire_key<Q>(&self, key: &Q) -> Result<Permit, Saturated>
     where
         K: Borrow<Q>,
@@ -218,14 +270,32 @@ impl<K> KeyedConcurrencyLimiter<K> {
     /// # Errors
     ///
     /// As [`acquire_key`](Self::acquire_key).
+    #[cfg(feature = "tokio")]
     pub async fn acquire_key_class<Q>(&self, key: &Q, class: u8) -> Result<Permit, Saturated>
+    where
+        K: Borrow<Q>,
+        Q: Hash + ?Sized,
+    {
+        let start = tokio::time::Instant::now();
+        self.acquire_key_class_until(key, class, bound(self.core.max_wait))
+            .await
+            .map_err(|e| e.timed(start.elapsed()))
+    }
+
+    /// A permit for `key`, waiting in FIFO order among the key's waiters until `deadline`
+    /// completes.
+    pub(crate) async fn acquire_key_class_until<Q>(
+        &self,
+        key: &Q,
+        class: u8,
+        deadline: impl Future<Output = ()>,
+    ) -> Result<Permit, NoSlot>
     where
         K: Borrow<Q>,
         Q: Hash + ?Sized,
     {
         let core: &KeyedCore = &self.core;
         let fp = core.fingerprint(key);
-        let start = tokio::time::Instant::now();
         let id = {
             let mut shard = core.shard(fp);
             let queued = shard
@@ -235,12 +305,14 @@ impl<K> KeyedConcurrencyLimiter<K> {
             match (queued, core.take(&mut shard, fp, class)) {
                 (false, Ok(())) => return Ok(Permit::keyed(Arc::clone(&self.core), fp)),
                 (true, Ok(())) => core.release_locked(&mut shard, fp),
-                (_, Err(s)) if s.reason() == super::SaturatedReason::TableFull => return Err(s),
+                (_, Err(s)) if s.reason() == super::SaturatedReason::TableFull => {
+                    return Err(NoSlot::Now(s))
+                }
                 (_, Err(_)) => {}
             }
             // The entry exists: the key has permits out (or waiters).
             let Some(e) = shard.get_mut(&fp) else {
-                return Err(KeyLine(core, fp).saturated(class));
+                return Err(NoSlot::Now(KeyLine(core, fp).saturated(class)));
             };
             let q = e.queue.get_or_insert_with(Box::default);
             let id = q.push(class);
@@ -253,12 +325,12 @@ impl<K> KeyedConcurrencyLimiter<K> {
             id,
             live: true,
         };
-        if ticket.wait(core.max_wait).await {
+        if ticket.wait_until(deadline).await {
             Ok(Permit::keyed(Arc::clone(&self.core), fp))
         } else {
             // Relaxed: a statistic.
             self.core.saturations.fetch_add(1, Ordering::Relaxed);
-            Err(line.saturated(class).timed_out(start.elapsed()))
+            Err(NoSlot::TimedOut(line.saturated(class)))
         }
     }
 }

@@ -1,13 +1,17 @@
 //! Concurrency limits in the layer: the permits a request takes before its rate limits are
 //! asked, and holds until its response body ends or is dropped.
 
+use core::future::Future;
+use core::pin::Pin;
 use std::sync::Arc;
 
 use http::StatusCode;
 
+use super::queue::Waiters;
 use super::response::{RejectReason, Rejection};
 use super::source::Subject;
-use crate::concurrency::{ConcurrencyLimiter, KeyedConcurrencyLimiter, Permit, Saturated};
+use super::stats::Counters;
+use crate::concurrency::{ConcurrencyLimiter, KeyedConcurrencyLimiter, NoSlot, Permit, Saturated};
 
 /// A limit on requests in flight that the layer can hold a slot of: a
 /// [`ConcurrencyLimiter`] (one count for every request) or a
@@ -23,6 +27,20 @@ pub trait InFlightLimit: Send + Sync + 'static {
 
     /// The permits out now for `key` (for every request, on a direct limiter).
     fn in_flight_for(&self, key: &str) -> u32;
+
+    /// A permit for `key`, waiting for one (in queue mode) until `deadline` completes. The
+    /// default waits not at all: it is [`try_acquire_for`](Self::try_acquire_for).
+    ///
+    /// # Errors
+    ///
+    /// [`Saturated`]: no slot freed before the deadline (or none can: a full key table).
+    fn acquire_for_until<'a>(
+        &'a self,
+        key: &'a str,
+        _deadline: Pin<&'a mut (dyn Future<Output = ()> + Send)>,
+    ) -> Pin<Box<dyn Future<Output = Result<Permit, Saturated>> + Send + 'a>> {
+        Box::pin(async move { self.try_acquire_for(key) })
+    }
 }
 
 impl InFlightLimit for ConcurrencyLimiter {
@@ -33,6 +51,16 @@ impl InFlightLimit for ConcurrencyLimiter {
 
     fn in_flight_for(&self, _key: &str) -> u32 {
         self.in_flight()
+    }
+
+    fn acquire_for_until<'a>(
+        &'a self,
+        _key: &'a str,
+        deadline: Pin<&'a mut (dyn Future<Output = ()> + Send)>,
+    ) -> Pin<Box<dyn Future<Output = Result<Permit, Saturated>> + Send + 'a>> {
+        Box::pin(async move {
+            (self.acquire_class_until(0, deadline).await).map_err(NoSlot::into_saturated)
+        })
     }
 }
 
@@ -45,6 +73,16 @@ impl InFlightLimit for KeyedConcurrencyLimiter<String> {
     fn in_flight_for(&self, key: &str) -> u32 {
         self.in_flight_key(key)
     }
+
+    fn acquire_for_until<'a>(
+        &'a self,
+        key: &'a str,
+        deadline: Pin<&'a mut (dyn Future<Output = ()> + Send)>,
+    ) -> Pin<Box<dyn Future<Output = Result<Permit, Saturated>> + Send + 'a>> {
+        Box::pin(async move {
+            (self.acquire_key_class_until(key, 0, deadline).await).map_err(NoSlot::into_saturated)
+        })
+    }
 }
 
 impl<T: InFlightLimit> InFlightLimit for Arc<T> {
@@ -55,6 +93,14 @@ impl<T: InFlightLimit> InFlightLimit for Arc<T> {
 
     fn in_flight_for(&self, key: &str) -> u32 {
         (**self).in_flight_for(key)
+    }
+
+    fn acquire_for_until<'a>(
+        &'a self,
+        key: &'a str,
+        deadline: Pin<&'a mut (dyn Future<Output = ()> + Send)>,
+    ) -> Pin<Box<dyn Future<Output = Result<Permit, Saturated>> + Send + 'a>> {
+        (**self).acquire_for_until(key, deadline)
     }
 }
 
@@ -84,6 +130,43 @@ pub(crate) fn acquire(
     let mut held = Vec::with_capacity(limits.len());
     for e in limits {
         match e.limit.try_acquire_for(subject.key()) {
+            Ok(p) => held.push(p),
+            Err(s) => return Err(saturated(&e.name, &s, grpc)),
+        }
+    }
+    Ok(Held { _permits: held })
+}
+
+/// [`acquire`] in queue mode: a saturated limit is waited for, FIFO among the key's waiters,
+/// until one deadline of `max_wait` for all the limits together; the request takes a waiter
+/// slot of the queue while it waits (none left: rejected at once, counted `queue_full`).
+pub(crate) async fn acquire_waiting(
+    limits: &[InFlightEntry],
+    waiters: &Arc<Waiters>,
+    subject: &Subject,
+    grpc: bool,
+    counters: &Counters,
+) -> Result<Held, Rejection> {
+    let mut held = Vec::with_capacity(limits.len());
+    let mut slot = None;
+    let mut deadline = None;
+    for e in limits {
+        let s = match e.limit.try_acquire_for(subject.key()) {
+            Ok(p) => {
+                held.push(p);
+                continue;
+            }
+            Err(s) => s,
+        };
+        if slot.is_none() {
+            slot = Some(waiters.enter(subject.key()).ok_or_else(|| {
+                Counters::bump(&counters.queue_full);
+                saturated(&e.name, &s, grpc)
+            })?);
+            Counters::bump(&counters.queued);
+        }
+        let d = deadline.get_or_insert_with(|| waiters.sleep(waiters.config.max_wait()));
+        match e.limit.acquire_for_until(subject.key(), d.as_mut()).await {
             Ok(p) => held.push(p),
             Err(s) => return Err(saturated(&e.name, &s, grpc)),
         }

@@ -284,7 +284,9 @@ impl RateLimitLayerBuilder {
     /// client hung up) — with the default body mode; under [`own_body`](RateLimitLayer::own_body)
     /// the body's type cannot carry them and they are given back when the response head is
     /// ready. A request waiting in [queue mode](Queue) for a rate limit holds its slots while
-    /// it waits.
+    /// it waits. In queue mode a request that finds no slot waits for one (FIFO per key, at
+    /// most the queue's `max_wait` for all concurrency limits together, in one of the queue's
+    /// waiter places) rather than being rejected at once.
     ///
     /// ```
     /// use std::num::NonZeroU32;

@@ -266,6 +266,22 @@ where
         } else {
             match inflight::acquire(&shared.concurrency, &subject, grpc) {
                 Ok(h) => Some(Box::new(h)),
+                Err(_) if queue_applies(&shared, &parts) => {
+                    // Queue mode: wait for the slots on the boxed path, then judge.
+                    let inner = self.take_inner();
+                    return ResponseFuture::boxed(Box::pin(async move {
+                        let held = match queued_slots(&shared, &subject, grpc).await {
+                            Ok(h) => h,
+                            Err(res) => return Ok(Err(res)),
+                        };
+                        let mut outcome = judge(&shared, &subject, check).await;
+                        if outcome.is_denied() {
+                            outcome = wait(&shared, &subject, check, outcome).await;
+                        }
+                        let req = Request::from_parts(parts, body);
+                        finish(&shared, inner, req, subject, outcome, grpc, Some(held)).await
+                    }));
+                }
                 Err(rejection) => {
                     Counters::bump(&shared.counters.saturated);
                     let res = reject(&shared, subject.tier(), &rejection, &[], None);
@@ -407,6 +423,31 @@ fn is_grpc(headers: &http::HeaderMap) -> bool {
     headers
         .get(CONTENT_TYPE)
         .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
+}
+
+/// The concurrency slots of a request in queue mode, waited for; the rejection (counted) if
+/// they did not free in time.
+async fn queued_slots(
+    shared: &Shared,
+    subject: &Subject,
+    grpc: bool,
+) -> Result<Box<Held>, Response<Bytes>> {
+    let Some(waiters) = shared.queue.as_ref() else {
+        // Queue mode applies only with a queue.
+        let r = inflight::acquire(&shared.concurrency, subject, grpc);
+        return r.map(Box::new).map_err(|rej| {
+            Counters::bump(&shared.counters.saturated);
+            reject(shared, subject.tier(), &rej, &[], None)
+        });
+    };
+    let c = &shared.counters;
+    match inflight::acquire_waiting(&shared.concurrency, waiters, subject, grpc, c).await {
+        Ok(h) => Ok(Box::new(h)),
+        Err(rejection) => {
+            Counters::bump(&shared.counters.saturated);
+            Err(reject(shared, subject.tier(), &rejection, &[], None))
+        }
+    }
 }
 
 fn queue_applies(shared: &Shared, parts: &Parts) -> bool {
