@@ -158,6 +158,11 @@ mod engine;
 // Every atomic, lock and thread-local: std's and parking_lot's, or loom's under `cfg(loom)`.
 mod sync;
 
+/// The quota parameters' sequence lock on its own, for `tests/loom.rs` (under `cfg(loom)`).
+#[cfg(loom)]
+#[doc(hidden)]
+pub use engine::params::LoomSeqlock;
+
 pub mod concurrency;
 pub mod guide;
 pub mod limiter;

@@ -414,3 +414,49 @@ mod tests {
         );
     }
 }
+
+/// Hooks for `tests/loom.rs`: the sequence lock alone, with nothing between its publications
+/// (no gate's fence), so a model sees what each of its own orderings holds.
+#[cfg(loom)]
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct LoomSeqlock(SharedParams);
+
+#[cfg(loom)]
+impl LoomSeqlock {
+    /// The lock over `quota`'s parameters.
+    pub fn new(quota: &crate::Quota) -> Self {
+        Self(SharedParams::new(quota.params()))
+    }
+
+    /// [`SharedParams::begin`]: `quota` published with the parameters it replaces.
+    pub fn begin(&self, quota: &crate::Quota) {
+        self.0.begin(quota.params());
+    }
+
+    /// [`SharedParams::finish`].
+    pub fn finish(&self) {
+        self.0.finish();
+    }
+
+    /// The words one [`SharedParams::load`] returned: `(T, τ, previous τ or 0, generation)`.
+    pub fn load(&self) -> [u64; 4] {
+        let s = self.0.load();
+        let t = match s.cur.per {
+            Per::Request { t } => t,
+            Per::Byte { .. } => 0,
+        };
+        [t, s.cur.tau, s.prev.map_or(0, |p| p.tau), s.gen]
+    }
+
+    /// What the direct check's hot path accepts: [`SharedParams::load_fast`]'s `(T, τ)` once
+    /// [`SharedParams::confirm`] holds (`None` while a change is under way: the general path).
+    pub fn fast(&self) -> Option<(u64, u64)> {
+        loop {
+            let f = self.0.load_fast();
+            if self.0.confirm(f.seq) {
+                return (f.until != 0).then_some((f.t, f.tau));
+            }
+        }
+    }
+}

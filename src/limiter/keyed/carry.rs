@@ -106,18 +106,7 @@ impl<K> KeyedRateLimiter<K> {
     #[cold]
     #[inline(never)]
     fn fill_locked(&self, fp: u64) -> Option<Fill> {
-        let slow = self.slow.lock();
-        let snap = self.params.load();
-        if let Some(&tat) = slow.spill.get(&fp) {
-            return Some((tat, Self::params_at(&snap, &self.spill_gate).tau));
-        }
-        match self.held(fp) {
-            Held::Live(place) => Some((
-                place.slot.tat_of(fp)?,
-                Self::params_at(&snap, place.gate).tau,
-            )),
-            Held::Dead(_) | Held::Absent => None,
-        }
+        self.locked_word(fp).map(|(tat, p)| (tat, p.tau))
     }
 
     /// Starts the untracked key `fp` at the fill level `(tat, tau_from, at)` carried from

@@ -2,8 +2,9 @@
 //! through), peeks, the overflow cell. The insert path is in `insert.rs`, the storage in
 //! `store.rs`, growth and moves in `grow.rs`, sweeping and rescaling in `sweep.rs`.
 
-use crate::sync::atomic::Ordering;
+use crate::sync::atomic::{fence, Ordering};
 
+use super::insert::Held;
 use super::store::Place;
 use super::{Ask, KeyedRateLimiter};
 use crate::engine::cell::{self, Attempt, Steady, TOMBSTONE};
@@ -287,6 +288,8 @@ impl<K> KeyedRateLimiter<K> {
             cell::evaluate(tat, now, &within, w, reason)
         };
         let (snap, found) = loop {
+            // Acquire: pairs with the Release of the store that ended the last move.
+            let moves = self.moves.load(Ordering::Acquire);
             let snap = self.params.load();
             let found = match (fp, self.table.find(fp)) {
                 (1.., Some(place)) => {
@@ -299,7 +302,25 @@ impl<K> KeyedRateLimiter<K> {
                     {
                         continue;
                     }
-                    tat.map(|tat| (tat, p))
+                    match tat {
+                        Some(tat) => Some((tat, p)),
+                        // The copy died after the lookup: swept, or moved (its new copy may
+                        // not be written yet). Only the insert lock can tell.
+                        None => self.locked_word(fp),
+                    }
+                }
+                // A miss while keys moved may be a key between its two copies (a move kills
+                // the old copy before it writes the new one): only the insert lock can tell
+                // (found by the loom model `slot_reuse_races_a_key_peek`, a peek that
+                // reported a tracked key as new). The move counter is read again after the
+                // lookup's loads, as `carry.rs` does.
+                (1.., None)
+                    if {
+                        fence(Ordering::Acquire);
+                        moves & 1 == 1 || self.moves.load(Ordering::Relaxed) != moves
+                    } =>
+                {
+                    self.locked_word(fp)
                 }
                 _ if self.spilled.load(Ordering::Relaxed) == 0 => None,
                 _ => {
@@ -324,6 +345,23 @@ impl<K> KeyedRateLimiter<K> {
                 };
                 cell::evaluate(tat, now, &within, w, DenyReason::KeyTableFull)
             }
+        }
+    }
+
+    /// The TAT of the key with fingerprint `fp` and the parameters it is in the scale of, read
+    /// under the insert lock, where keys neither move nor spill and quota changes rescale no
+    /// group: exact. `None` for a key not tracked.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn locked_word(&self, fp: u64) -> Option<(u64, Params)> {
+        let slow = self.slow.lock();
+        let snap = self.params.load();
+        if let Some(&tat) = slow.spill.get(&fp) {
+            return Some((tat, Self::params_at(&snap, &self.spill_gate)));
+        }
+        match self.held(fp) {
+            Held::Live(place) => Some((place.slot.tat_of(fp)?, Self::params_at(&snap, place.gate))),
+            Held::Dead(_) | Held::Absent => None,
         }
     }
 
