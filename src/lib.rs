@@ -158,10 +158,10 @@ mod engine;
 // Every atomic, lock and thread-local: std's and parking_lot's, or loom's under `cfg(loom)`.
 mod sync;
 
-/// The quota parameters' sequence lock on its own, for `tests/loom.rs` (under `cfg(loom)`).
+/// The quota parameters' sequence lock and a gate on their own, for `tests/loom.rs` (under `cfg(loom)`).
 #[cfg(loom)]
 #[doc(hidden)]
-pub use engine::params::LoomSeqlock;
+pub use engine::params::{LoomGate, LoomSeqlock};
 
 pub mod concurrency;
 pub mod guide;

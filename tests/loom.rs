@@ -228,6 +228,7 @@ fn quota_seqlock_publication_fence_orders_the_data_words() {
                 w.finish();
             });
             let fast = lock.fast();
+            let request = lock.request();
             let snap = lock.load();
             writer.join().unwrap();
             let steady = [(s0[0], s0[1]), (s2[0], s2[1])];
@@ -236,12 +237,50 @@ fn quota_seqlock_publication_fence_orders_the_data_words() {
                 "the fast path accepted a torn (T, τ): {fast:?}, states {steady:?}"
             );
             assert!(
+                request.is_none_or(|f| steady.contains(&f)),
+                "load_request returned a torn (T, τ): {request:?}, states {steady:?}"
+            );
+            assert!(
                 [s0, s1, s2].contains(&snap),
                 "a torn snapshot: {snap:?}, states {:?}",
                 [s0, s1, s2]
             );
         },
     );
+}
+
+/// A gate on its own ([`tollgate::LoomGate`]: one group of one word, the sequence lock, no
+/// table, lock or clock): a check's lock-free read — snapshot, the parameters the gate names,
+/// the TAT word, the token's re-validation — racing a whole change. A read that re-validates
+/// must hold the word in the scale of the parameters it chose: the serial states are the old
+/// quota with the old word and the new quota with the rescaled word, nothing in between.
+///
+/// It guards the gate's Release orderings: the final store of a rescale (a check that sees
+/// the group rescaled must see its rescaled words), and the Release that orders the odd gate
+/// value before the rescaled words — which two steps give, the fence after the odd store and
+/// the word's compare-and-swap (AcqRel): either alone suffices, so each alone is an
+/// equivalent mutant, and the model fails with both removed (`docs/model-checking.md`).
+#[test]
+fn quota_gate_orders_a_group_rescale() {
+    explore("quota_gate_orders_a_group_rescale", 2, || {
+        let (a, b) = (quota("10/s;burst=2"), quota("4/s;burst=4"));
+        let now = 1_000_000_000;
+        let tat = now + 100_000_000; // one of 2 used under 10/s
+        let serial = tollgate::LoomGate::new(&a, tat, now);
+        let before = serial.read().expect("no change in flight");
+        serial.change(&b);
+        let after = serial.read().expect("no change in flight");
+        assert_ne!(before.1, after.1, "the change rescales the word");
+        let gate = loom::sync::Arc::new(tollgate::LoomGate::new(&a, tat, now));
+        let g = gate.clone();
+        let reader = thread::spawn(move || g.read());
+        gate.change(&b);
+        let read = reader.join().unwrap();
+        assert!(
+            read.is_none_or(|r| r == before || r == after),
+            "a word read in another quota's scale: {read:?}, states {before:?} {after:?}"
+        );
+    });
 }
 
 /// `peek` (and `check_n(0)`) racing a quota change: they load the TAT word after resolving
@@ -384,6 +423,37 @@ fn slot_reuse_races_a_key_peek() {
         assert!(insert.join().unwrap(), "C's first check is allowed");
         assert_eq!(p, before, "the peek of A read another key's word");
         assert_eq!(lim.peek_key(&A), before);
+    });
+}
+
+/// A staged rollout's carry (`src/limiter/keyed/carry.rs`) racing a split of the old
+/// limiter's table: the key's fill level is read lock-free from `from` while an insert moves
+/// it (its old copy dies before its new one is written). The carry must find it: with the
+/// same quota on both sides, `A` ends in `to` exactly as full as in `from` (2 of 3 left, one
+/// check used), never fresh (3 left: a free unit handed out by the move).
+///
+/// The carry runs on the spawned thread, the insert here: with a reader that only loads on
+/// this thread after the spawn, loom 0.7 explored one interleaving (see
+/// `quota_gate_orders_a_group_rescale`). It guards the carry's move-counter re-check and its
+/// fence, and the dead copy's fall-back to the insert lock. (The carry is built with feature
+/// `config`, which the loom step enables.)
+#[cfg(feature = "config")]
+#[test]
+fn slot_move_races_a_carry() {
+    explore("slot_move_races_a_carry", 2, || {
+        let clock = clock();
+        let from = loom::sync::Arc::new(keyed_at_the_split("10/s;burst=3", &clock));
+        let to = keyed("10/s;burst=3", &clock);
+        let before = from.peek_key(&A);
+        let f = from.clone();
+        let carry = thread::spawn(move || {
+            to.loom_carry_from(&f, &A);
+            to.peek_key(&A)
+        });
+        let c = key(12); // bucket 0 after the split: the insert that splits it
+        assert!(from.check_key(&c).is_permitted());
+        let carried = carry.join().unwrap();
+        assert_eq!(carried, before, "the carry lost A's fill level to the move");
     });
 }
 

@@ -170,3 +170,50 @@ fn rescale_word(word: &AtomicU64, mask: u64, tau_old: u64, tau_new: u64, now: u6
         }
     }
 }
+
+/// Hooks for `tests/loom.rs`: one group of one TAT word behind its gate, with the sequence
+/// lock, and nothing else between a change's steps (no table, no insert lock, no clock), so
+/// a model sees what the gate's own orderings hold.
+#[cfg(loom)]
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct LoomGate {
+    params: SharedParams,
+    gate: Gate,
+    word: AtomicU64,
+    now: u64,
+}
+
+#[cfg(loom)]
+impl LoomGate {
+    /// A word holding `tat` under `quota`, rescaled at `now` by a change.
+    pub fn new(quota: &crate::Quota, tat: u64, now: u64) -> Self {
+        Self {
+            params: SharedParams::new(quota.params()),
+            gate: Gate::default(),
+            word: AtomicU64::new(tat),
+            now,
+        }
+    }
+
+    /// A whole change to `quota`, as `set_quota` makes it: publish, rescale the group, finish.
+    pub fn change(&self, quota: &crate::Quota) {
+        let new = quota.params();
+        let (old, gen) = self.params.begin(new);
+        self.gate
+            .rescale(gen, [(&self.word, 0)], &old, &new, self.now);
+        self.params.finish();
+    }
+
+    /// One lock-free read, as a check makes it: the snapshot, the parameters the gate names,
+    /// the word (Acquire), the token's re-validation. `(τ, TAT)` if it re-validated, `None` if
+    /// a check would start over.
+    pub fn read(&self) -> Option<(u64, u64)> {
+        let snap = self.params.load();
+        let (p, token) = self.gate.resolve(&snap);
+        let tat = self.word.load(Ordering::Acquire);
+        token
+            .still_valid(&self.params, &self.gate)
+            .then_some((p.tau, tat))
+    }
+}

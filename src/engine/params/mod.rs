@@ -35,6 +35,8 @@ use crate::engine::gcra::{Params, Per};
 
 mod gate;
 
+#[cfg(loom)]
+pub use gate::LoomGate;
 pub(crate) use gate::{Gate, Token};
 
 /// The fast path's `T` is below this (every quota's `T` is, at most a day; a larger one
@@ -447,6 +449,11 @@ impl LoomSeqlock {
             Per::Byte { .. } => 0,
         };
         [t, s.cur.tau, s.prev.map_or(0, |p| p.tau), s.gen]
+    }
+
+    /// [`SharedParams::load_request`]'s `(T, τ)`: `None` for a byte budget or during a change.
+    pub fn request(&self) -> Option<(u64, u64)> {
+        self.0.load_request().map(|(t, tau, _)| (t, tau))
     }
 
     /// What the direct check's hot path accepts: [`SharedParams::load_fast`]'s `(T, τ)` once

@@ -205,6 +205,19 @@ impl<K: Hash> KeyedRateLimiter<K> {
     }
 }
 
+/// A hook for `tests/loom.rs`: [`carry_from`](KeyedRateLimiter::carry_from) (crate-private).
+#[cfg(loom)]
+impl<K: Hash> KeyedRateLimiter<K> {
+    #[doc(hidden)]
+    pub fn loom_carry_from<Q>(&self, from: &KeyedRateLimiter<K>, key: &Q)
+    where
+        K: Borrow<Q>,
+        Q: Hash + ?Sized,
+    {
+        self.carry_from(from, key);
+    }
+}
+
 /// Raises the live TAT word `word` (stored under `mask`) to at least `tat`; a tombstone stays.
 fn raise(word: &AtomicU64, mask: u64, tat: u64) {
     let mut raw = word.load(Ordering::Acquire);

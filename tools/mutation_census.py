@@ -1,0 +1,304 @@
+#!/usr/bin/env python3
+"""Mutation census of tollgate's lock-free code (issue 33).
+
+Each mutant is one small, plausible weakening of a lock-free protocol step:
+
+  order    one memory ordering weakened: Acquire -> Relaxed, Release -> Relaxed,
+           AcqRel -> Acquire and AcqRel -> Release, SeqCst -> the weakest ordering that
+           keeps its kind (a load's Acquire, a store's Release, a read-modify-write's AcqRel);
+  fence    one `fence(..)` removed;
+  recheck  one re-validation skipped (a `still_valid`, `confirm`, `unchanged` or key re-check
+           taken as passed), listed in RECHECKS below.
+
+A mutant is killed when the loom models that exercise its file fail (stage 1: `--cfg loom`,
+release), or else when the race tests do (stage 2: a normal release build). The census
+writes one line per mutant to the output file (TSV: id, file, line, operator, what, verdict,
+seconds) and a summary at the end. Survivors are to be killed by a sharper model or test, or
+explained in docs/model-checking.md.
+
+Run from the repository root (about 30 s per mutant on 2 cores):
+
+    python3 tools/mutation_census.py --out target/census.tsv            # every mutant
+    python3 tools/mutation_census.py --only src/engine/params/mod.rs    # one file
+    python3 tools/mutation_census.py --list                             # list, run nothing
+
+The tree is restored after each mutant (and on Ctrl-C); run it on a clean checkout.
+"""
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+# The files of the lock-free protocols, and the loom models that exercise each.
+QUOTA = ["quota_"]
+KEYED = ["slot_", "grow_", "refund_races_a_split", "quota_change_gates_two_groups",
+         "quota_change_races_a_key_peek", "quota_change_races_an_overflow_peek"]
+DIRECT = ["quota_change_races_direct_checks", "quota_change_races_a_peek",
+          "refund_races_a_quota_change", "quota_seqlock_publication"]
+CONC = ["concurrency_", "permit_"]
+FILES = {
+    "src/engine/params/mod.rs": QUOTA + ["refund_races_a_quota_change"] + KEYED,
+    "src/engine/params/gate.rs": QUOTA + KEYED + ["refund_races_a_quota_change"],
+    "src/engine/cell.rs": DIRECT + KEYED,
+    "src/engine/tagged.rs": KEYED,
+    "src/limiter/direct.rs": DIRECT,
+    "src/limiter/direct/refund.rs": DIRECT,
+    "src/limiter/direct/with.rs": DIRECT,
+    "src/limiter/keyed/carry.rs": KEYED,
+    "src/limiter/keyed/grow.rs": KEYED,
+    "src/limiter/keyed/insert.rs": KEYED,
+    "src/limiter/keyed/refund.rs": KEYED + ["refund_"],
+    "src/limiter/keyed/store.rs": KEYED,
+    "src/limiter/keyed/sweep.rs": KEYED,
+    "src/limiter/keyed/table.rs": KEYED,
+    "src/limiter/keyed/check.rs": KEYED,
+    "src/concurrency/direct.rs": CONC,
+    "src/concurrency/keyed.rs": CONC,
+    "src/concurrency/wait.rs": CONC,
+    "src/concurrency/permit.rs": CONC,
+}
+
+# Models that take a minute or more; run last.
+SLOW = {"quota_seqlock_never_tears_a_snapshot"}
+
+# Re-validations, by file: (a unique text, what it becomes).
+RECHECKS = {
+    "src/limiter/keyed/table.rs": [
+        ("if place.slot.key.load(Ordering::Acquire) != fp\n                        || !token",
+         "if !token"),
+        ("moves & 1 == 1 || self.moves.load(Ordering::Relaxed) != moves", "false"),
+        ("None => self.locked_word(fp),", "None => None,"),
+    ],
+    "src/limiter/keyed/refund.rs": [
+        ("let valid = || ours() && token.still_valid(&self.params, place.gate);",
+         "let valid = || token.still_valid(&self.params, place.gate);"),
+    ],
+    "src/engine/params/mod.rs": [
+        ("if self.seq.load(Ordering::Relaxed) == before {\n                return (t != 0)",
+         "if true {\n                return (t != 0)"),
+        ("        self.seq.load(Ordering::Relaxed) == seq\n", "        true\n"),
+    ],
+}
+
+# The race tests of stage 2 (normal release build).
+RACE_TESTS = ["concurrency_limit", "concurrency", "refund", "reload", "rollout_race", "growth",
+              "overflow", "admission",
+              "multi_limits", "keyed", "seams", "accounting"]
+
+ORDER = re.compile(r"Ordering::(Acquire|Release|AcqRel|SeqCst)")
+FENCE = re.compile(r"^\s*fence\(Ordering::\w+\);\s*(//.*)?$")
+
+
+def kind_of(line, col):
+    """The kind of access an ordering at `col` belongs to: load, store or rmw."""
+    head = line[:col]
+    for name, kind in ((".load(", "load"), (".store(", "store")):
+        if head.rfind(name) > max(head.rfind(".fetch_"), head.rfind(".compare_exchange"),
+                                  head.rfind(".swap("), head.rfind(".fetch_update(")):
+            return kind
+    return "rmw"
+
+
+def mutants():
+    for path, _ in FILES.items():
+        if not os.path.exists(path):
+            continue
+        lines = open(path).read().split("\n")
+        in_tests = False
+        skip_item = False
+        for i, line in enumerate(lines):
+            if line.startswith("#[cfg(test)]"):
+                in_tests = True  # the unit tests, at the end of a file, are not the protocol
+            if in_tests:
+                continue
+            # A loom hook (an item under `#[cfg(loom)]`) is not the protocol either: skipped
+            # to the end of its item, a `}` at column 0, or its one line.
+            if line.startswith("#[cfg(loom)]"):
+                skip_item = True
+                continue
+            if skip_item:
+                if skip_item is True and line.startswith("#["):
+                    continue  # more attributes of the same item
+                if line.rstrip().endswith("{") and not line.startswith("}"):
+                    skip_item = "block"
+                elif skip_item == "block" and line.startswith("}"):
+                    skip_item = False
+                elif skip_item is True:
+                    skip_item = False
+                continue
+            code = line.split("//")[0]
+            if FENCE.match(line):
+                yield (path, i, "fence", "remove " + line.strip(), ("line", None))
+                continue
+            for m in ORDER.finditer(code):
+                o = m.group(1)
+                if "fence(" in code[:m.start()]:
+                    continue
+                targets = {"Acquire": ["Relaxed"], "Release": ["Relaxed"],
+                           "AcqRel": ["Acquire", "Release"]}.get(o)
+                if o == "SeqCst":
+                    targets = [{"load": "Acquire", "store": "Release", "rmw": "AcqRel"}[
+                        kind_of(code, m.start())]]
+                for t in targets:
+                    yield (path, i, "order", f"{o} -> {t} at col {m.start()}: {line.strip()}",
+                           ("col", (m.start(), m.end(), f"Ordering::{t}")))
+    for path, edits in RECHECKS.items():
+        text = open(path).read()
+        for old, new in edits:
+            if text.count(old) != 1:
+                print(f"recheck pattern not unique in {path}: {old!r}", file=sys.stderr)
+                continue
+            line = text[:text.index(old)].count("\n")
+            yield (path, line, "recheck", f"{old.splitlines()[0].strip()} -> {new.strip()}",
+                   ("text", (old, new)))
+
+
+def apply(path, line, how):
+    text = open(path).read()
+    kind, arg = how
+    if kind == "text":
+        old, new = arg
+        return text.replace(old, new, 1)
+    lines = text.split("\n")
+    if kind == "line":
+        lines[line] = ""
+    else:
+        a, b, rep = arg
+        lines[line] = lines[line][:a] + rep + lines[line][b:]
+    return "\n".join(lines)
+
+
+def run(cmd, env, timeout):
+    try:
+        r = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           timeout=timeout)
+        return r.returncode, r.stdout.decode(errors="replace")
+    except subprocess.TimeoutExpired:
+        return "timeout", ""
+
+
+def test_binary(args, env, timeout):
+    """Builds a test target and returns the path of its executable (or a verdict string)."""
+    try:
+        r = subprocess.run(args + ["--no-run", "--message-format=json"], env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None, "timeout"
+    if r.returncode != 0:
+        return None, "unbuilt"
+    exe = [json.loads(l).get("executable") for l in r.stdout.decode().splitlines()
+           if l.startswith("{") and '"executable"' in l]
+    return [e for e in exe if e], None
+
+
+def judge(path, timeout):
+    env = dict(os.environ, RUSTFLAGS="--cfg loom", CARGO_TARGET_DIR="target/census-loom",
+               CARGO_INCREMENTAL="1")
+    exe, err = test_binary(["cargo", "test", "--release", "-q", "--features", "config", "--test", "loom"], env, timeout)
+    if err:
+        return err
+    # One model family at a time, stopping at the first that fails: a killed mutant costs
+    # the models up to its killer, not all of them.
+    rc, out = run([exe[0], "--list"], env, timeout)
+    names = [l.split(":")[0] for l in out.splitlines() if l.endswith(": test")]
+    models = [n for n in names if any(n.startswith(m) for m in FILES[path])]
+    # The slowest model last (about a minute, the rest take seconds in all).
+    models.sort(key=lambda n: n in SLOW)
+    for model in models:
+        rc, out = run([exe[0], "--exact", model], env, timeout)
+        if rc == "timeout":
+            return f"TIMEOUT (loom: {model})"
+        if rc != 0:
+            return f"killed (loom: {model})"
+    env2 = dict(os.environ, CARGO_TARGET_DIR="target/census", CARGO_INCREMENTAL="1")
+    args = ["cargo", "test", "--release", "-q", "--features", "tokio,tower"]
+    for t in RACE_TESTS:
+        if os.path.exists(f"tests/{t}.rs"):
+            args += ["--test", t]
+    rc, out = run(args, env2, timeout * 3)
+    if rc == "timeout":
+        return "TIMEOUT (race tests)"
+    if rc != 0:
+        return "killed (race tests)"
+    return "SURVIVED"
+
+
+def latest(path):
+    """The last row of each mutant (number, file, line) in the output: a retry overrides."""
+    rows = {}
+    if os.path.exists(path):
+        for row in open(path):
+            f = row.rstrip("\n").split("\t")
+            if len(f) >= 7:
+                rows[tuple(f[:3])] = f
+    return rows
+
+
+def summary(path):
+    per = {}
+    for f in latest(path).values():
+        v = f[5]
+        kind = ("killed" if v.startswith("killed") else
+                "survived" if v == "SURVIVED" else "other")
+        c = per.setdefault(f[1], {"tried": 0, "killed": 0, "survived": 0, "other": 0})
+        c["tried"] += 1
+        c[kind] += 1
+    print("| file | tried | killed | survived | other |")
+    print("|---|---:|---:|---:|---:|")
+    tot = {"tried": 0, "killed": 0, "survived": 0, "other": 0}
+    for path_, c in sorted(per.items()):
+        print(f"| `{path_}` | {c['tried']} | {c['killed']} | {c['survived']} | {c['other']} |")
+        for k in tot:
+            tot[k] += c[k]
+    print(f"| all | {tot['tried']} | {tot['killed']} | {tot['survived']} | {tot['other']} |")
+    for f in sorted(latest(path).values(), key=lambda f: int(f[0])):
+        if f[5] == "SURVIVED" or not f[5].startswith("killed"):
+            print("\t".join([f[0], f[1] + ":" + f[2], f[3], f[4], f[5]]))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="target/census.tsv")
+    ap.add_argument("--only", action="append")
+    ap.add_argument("--list", action="store_true")
+    ap.add_argument("--timeout", type=int, default=600)
+    ap.add_argument("--retry", action="store_true",
+                    help="run again the mutants whose last verdict is SURVIVED (after a new model)")
+    ap.add_argument("--summary", action="store_true", help="per-file counts of the output")
+    a = ap.parse_args()
+    if a.summary:
+        return summary(a.out)
+    ms = [m for m in mutants() if not a.only or m[0] in a.only]
+    if a.list:
+        for n, (path, line, op, what, _) in enumerate(ms):
+            print(f"{n}\t{path}:{line + 1}\t{op}\t{what}")
+        print(f"{len(ms)} mutants", file=sys.stderr)
+        return
+    os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
+    # Resumable: a mutant already in the output (same number and place) is not run again.
+    last = latest(a.out)
+    done = {k for k, v in last.items() if not (a.retry and v[5] == "SURVIVED")}
+    out = open(a.out, "a")
+    for n, (path, line, op, what, how) in enumerate(ms):
+        if (str(n), path, str(line + 1)) in done:
+            continue
+        original = open(path).read()
+        mutated = apply(path, line, how)
+        try:
+            open(path, "w").write(mutated)
+            t0 = time.time()
+            verdict = judge(path, a.timeout)
+        finally:
+            open(path, "w").write(original)
+        row = f"{n}\t{path}\t{line + 1}\t{op}\t{what}\t{verdict}\t{time.time() - t0:.0f}"
+        print(row, flush=True)
+        out.write(row + "\n")
+        out.flush()
+
+
+if __name__ == "__main__":
+    main()
