@@ -426,6 +426,34 @@ fn slot_reuse_races_a_key_peek() {
     });
 }
 
+/// A key's first check installing it in a never-used slot (TAT word first, then the key
+/// with Release) racing a lock-free peek of the same key: the peek sees the key absent (a
+/// full burst) or installed with its TAT, never the key with the slot's empty word (which
+/// decodes under the key's mask to a TAT of centuries). The property the key's Release in
+/// `install` and the lookup's Acquire load of the key hold; loom 0.7 does not produce the
+/// stale read of the word here, so the model passes with either removed (see
+/// `docs/model-checking.md`, the census).
+#[test]
+fn slot_install_races_a_key_peek() {
+    explore("slot_install_races_a_key_peek", 2, || {
+        let clock = clock();
+        let c = key(2);
+        let serial = keyed("10/s;burst=3", &clock);
+        let fresh = serial.peek_key(&c);
+        assert!(serial.check_key(&c).is_permitted());
+        let used = serial.peek_key(&c);
+        let lim = loom::sync::Arc::new(keyed("10/s;burst=3", &clock));
+        let l = lim.clone();
+        let peek = thread::spawn(move || l.peek_key(&c));
+        assert!(lim.check_key(&c).is_permitted());
+        let p = peek.join().unwrap();
+        assert!(
+            p == fresh || p == used,
+            "a peek of a key being installed: {p:?}, states {fresh:?} {used:?}"
+        );
+    });
+}
+
 /// A staged rollout's carry (`src/limiter/keyed/carry.rs`) racing a split of the old
 /// limiter's table: the key's fill level is read lock-free from `from` while an insert moves
 /// it (its old copy dies before its new one is written). The carry must find it: with the
