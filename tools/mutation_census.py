@@ -272,9 +272,10 @@ def main():
     a = ap.parse_args()
     if a.summary:
         return summary(a.out)
-    ms = [m for m in mutants() if not a.only or m[0] in a.only]
+    # Numbered over the whole census, so `--only` and `--retry` keep each mutant's number.
+    ms = [(n, m) for n, m in enumerate(mutants()) if not a.only or m[0] in a.only]
     if a.list:
-        for n, (path, line, op, what, _) in enumerate(ms):
+        for n, (path, line, op, what, _) in ms:
             print(f"{n}\t{path}:{line + 1}\t{op}\t{what}")
         print(f"{len(ms)} mutants", file=sys.stderr)
         return
@@ -283,7 +284,7 @@ def main():
     last = latest(a.out)
     done = {k for k, v in last.items() if not (a.retry and v[5] == "SURVIVED")}
     out = open(a.out, "a")
-    for n, (path, line, op, what, how) in enumerate(ms):
+    for n, (path, line, op, what, how) in ms:
         if (str(n), path, str(line + 1)) in done:
             continue
         original = open(path).read()
