@@ -15,6 +15,7 @@
 use std::time::{Duration, Instant};
 
 use loom::thread;
+use tollgate::limiter::Admission;
 use tollgate::{KeyedRateLimiter, ManualClock, Quota, RateLimiter, Verdict};
 
 /// A key whose two candidate buckets are both named by `h`.
@@ -482,6 +483,63 @@ fn slot_move_races_a_carry() {
         assert!(from.check_key(&c).is_permitted());
         let carried = carry.join().unwrap();
         assert_eq!(carried, before, "the carry lost A's fill level to the move");
+    });
+}
+
+/// A table that cannot grow (6 keys, 2 buckets) with the key `X` spilled and a free slot
+/// in its bucket: `k2 k4 k6 k8` fill bucket 0 (`X`'s two candidate buckets both), so `X`,
+/// checked three times, spills; once the four are idle and `X` is not, `Y` fills the table and
+/// `Z`, at the cap, sweeps `k2` (the sweep's cursor starts at bucket 0), leaving its slot dead.
+/// `X`'s next check, under the insert lock, moves it back into that slot (`rehome`).
+const X: u64 = 10 << 32 | 10;
+
+fn spilled_beside_a_free_slot(clock: &ManualClock) -> KeyedRateLimiter<u64> {
+    let lim = KeyedRateLimiter::<u64>::builder(quota("10/s;burst=3"))
+        .clock(clock.clone())
+        .max_keys(6)
+        .admission(Admission::Off)
+        .build();
+    for k in [key(2), key(4), key(6), key(8)] {
+        assert!(lim.check_key(&k).is_permitted());
+    }
+    for _ in 0..3 {
+        assert!(lim.check_key(&X).is_permitted());
+    }
+    clock.advance(Duration::from_millis(150));
+    for k in [key(1), key(3)] {
+        assert!(lim.check_key(&k).is_permitted());
+    }
+    assert_eq!(lim.len(), 6);
+    assert_eq!(lim.stats().admissions_refused, 0, "Z took k2's slot");
+    lim
+}
+
+/// A lock-free peek of a spilled key racing the check that moves it back into the table
+/// (`rehome`: installed in a slot, then the spill map's count stored). The peek reports the
+/// key's state before the check or after it, never a new key's full burst. This model found
+/// a bug: the peek read the spill count after its lookup, so a lookup that missed the key
+/// before the move and a count read after it (0: nothing spilled) reported a tracked key as
+/// new. It reads the count first now (Acquire, paired with the Release after the install).
+#[test]
+fn spill_rehome_races_a_key_peek() {
+    explore("spill_rehome_races_a_key_peek", 2, || {
+        let serial_clock = clock();
+        let serial = spilled_beside_a_free_slot(&serial_clock);
+        let before = serial.peek_key(&X);
+        assert!(serial.check_key(&X).is_permitted());
+        let after = serial.peek_key(&X);
+        assert_ne!(before, after);
+        let clock = clock();
+        let lim = loom::sync::Arc::new(spilled_beside_a_free_slot(&clock));
+        let l = lim.clone();
+        let peek = thread::spawn(move || l.peek_key(&X));
+        assert!(lim.check_key(&X).is_permitted());
+        let p = peek.join().unwrap();
+        assert!(
+            p == before || p == after,
+            "a peek of a spilled key moving back: {p:?}, states {before:?} {after:?}"
+        );
+        assert_eq!(lim.peek_key(&X), after);
     });
 }
 

@@ -290,6 +290,12 @@ impl<K> KeyedRateLimiter<K> {
         let (snap, found) = loop {
             // Acquire: pairs with the Release of the store that ended the last move.
             let moves = self.moves.load(Ordering::Acquire);
+            // Before the lookup, Acquire: pairs with the Release after a spilled key's move
+            // back into the table (`rehome`), so a count of 0 read here means the lookup
+            // below sees the key if it was spilled before. Read after the lookup, a count
+            // stored after the move could follow a lookup that missed it: a tracked key
+            // reported as new (found by the loom model `spill_rehome_races_a_key_peek`).
+            let spilled = self.spilled.load(Ordering::Acquire);
             let snap = self.params.load();
             let found = match (fp, self.table.find(fp)) {
                 (1.., Some(place)) => {
@@ -322,12 +328,10 @@ impl<K> KeyedRateLimiter<K> {
                 {
                     self.locked_word(fp)
                 }
-                _ if self.spilled.load(Ordering::Relaxed) == 0 => None,
-                _ => {
-                    let slow = self.slow.lock();
-                    let p = Self::params_at(&snap, &self.spill_gate);
-                    slow.spill.get(&fp).map(|&tat| (tat, p))
-                }
+                _ if spilled == 0 => None,
+                // Spilled keys: the map, or the table if the key moved back meanwhile (its
+                // slot seen dead, or not yet written, by the lookup): under the insert lock.
+                _ => self.locked_word(fp),
             };
             break (snap, found);
         };
