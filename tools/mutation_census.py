@@ -72,6 +72,8 @@ RECHECKS = {
          "if !token"),
         ("moves & 1 == 1 || self.moves.load(Ordering::Relaxed) != moves", "false"),
         ("None => self.locked_word(fp),", "None => None,"),
+        # The spill count read after the lookup, as before `spill_rehome_races_a_key_peek`.
+        ("_ if spilled == 0 => None,", "_ if self.spilled.load(Ordering::Relaxed) == 0 => None,"),
     ],
     "src/limiter/keyed/refund.rs": [
         ("let valid = || ours() && token.still_valid(&self.params, place.gate);",
