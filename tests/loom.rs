@@ -842,3 +842,43 @@ fn concurrency_wait_loses_no_wake_up() {
         assert_eq!((lim.in_flight(), lim.waiting()), (0, 0));
     });
 }
+
+/// A permit orders like a semaphore's: what its holder wrote before dropping it happens
+/// before the acquire that takes its slot next. With a limit of 1, the holder writes an
+/// unsynchronised cell and drops the permit; a racing `try_acquire` that wins reads the cell.
+/// Loom reports the read as a data race unless the release's decrement (Release) and the
+/// acquire's compare-and-swap (Acquire) pair; weakened to Relaxed on either side, this model
+/// fails. The keyed limiter gives the same through its shard's lock.
+#[test]
+fn permit_release_happens_before_the_next_acquire() {
+    explore("permit_release_happens_before_the_next_acquire", 3, || {
+        let lim = ConcurrencyLimiter::new(nz(1));
+        let keyed = KeyedConcurrencyLimiter::<u64>::new(nz(1));
+        let data = loom::sync::Arc::new(loom::cell::UnsafeCell::new(0u32));
+        let held = lim.try_acquire().expect("an empty limiter has a slot");
+        let held_key = keyed.try_acquire_key(&7).expect("a new key has a slot");
+        let reader = {
+            let (lim, keyed, data) = (lim.clone(), keyed.clone(), data.clone());
+            thread::spawn(move || {
+                let mut seen = Vec::new();
+                if let Ok(p) = lim.try_acquire() {
+                    // SAFETY: the permit orders this read after the holder's write.
+                    seen.push(data.with(|v| unsafe { *v }));
+                    drop(p);
+                }
+                if let Ok(p) = keyed.try_acquire_key(&7) {
+                    // SAFETY: as above, through the key's slot.
+                    seen.push(data.with(|v| unsafe { *v }));
+                    drop(p);
+                }
+                seen
+            })
+        };
+        // SAFETY: the one slot is held here; the reader reads only once it takes the slot.
+        data.with_mut(|v| unsafe { *v = 1 });
+        drop(held);
+        drop(held_key);
+        let seen = reader.join().expect("no panic");
+        assert!(seen.iter().all(|&v| v == 1), "{seen:?}");
+    });
+}

@@ -33,6 +33,12 @@
 //! (and inserts a fresh one): a count is never lost and a key never has two entries.
 //! `tests/loom.rs` models both protocols (`concurrency_*`, `permit_*`).
 //!
+//! A permit orders memory as a semaphore's does: what its holder wrote before giving it
+//! back happens before the acquire that takes the slot next (the release's `fetch_sub` is a
+//! Release, the acquire's compare-and-swap an Acquire; a keyed limiter's shard lock orders
+//! the same). With a limit of 1 a permit can guard data; the model
+//! `permit_release_happens_before_the_next_acquire` fails if either side is weakened.
+//!
 //! # Priorities
 //!
 //! [`Priorities`](crate::shaping::Priorities) attach as they do to a rate limiter: a class with
