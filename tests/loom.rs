@@ -543,6 +543,47 @@ fn spill_rehome_races_a_key_peek() {
     });
 }
 
+/// A check of `A` whose compare-and-swap fails because the split moved `A` away and
+/// installed `C` in its dead slot: the failed swap reads `C`'s word, and the check then
+/// re-checks the slot's key. The failed swap's Acquire (paired with the Release of `C`'s
+/// word in `install`, after its key) is what makes that re-check see `C`'s key; without it
+/// the check could decode `C`'s word under `A`'s mask and swap into it. Run with the check
+/// on the spawned thread, as `check_key` (the steady fast path, `table.rs`) and as
+/// `check_key_n` of 2 (the general path, `cell::step_checked`). Invariant: `A`'s check is
+/// allowed (2 of its 3 are left), and `A` and `C` are each allowed exactly their burst.
+#[test]
+fn slot_move_fails_a_check_swap() {
+    for cost in [1, 2] {
+        explore("slot_move_fails_a_check_swap", 2, move || {
+            let clock = clock();
+            let lim = loom::sync::Arc::new(keyed_at_the_split("10/s;burst=3", &clock));
+            let c = key(12); // bucket 0 after the split: A's dead slot 0 is its first free one
+            let l = lim.clone();
+            let check = thread::spawn(move || {
+                let v = match cost {
+                    1 => l.check_key(&A),
+                    _ => l.check_key_n(&A, cost).expect("fits a burst of 3"),
+                };
+                if v.is_permitted() {
+                    cost
+                } else {
+                    0
+                }
+            });
+            assert!(lim.check_key(&c).is_permitted());
+            let a1 = check.join().unwrap();
+            assert_eq!(
+                a1, cost,
+                "A's check, with 2 of 3 left, was denied (cost {cost})"
+            );
+            let ta = 1 + a1 + drain(|| lim.check_key(&A), 8);
+            let tc = 1 + drain(|| lim.check_key(&c), 8);
+            assert_eq!(ta, 3, "A: allowed {ta} of a burst of 3 (cost {cost})");
+            assert_eq!(tc, 3, "C: allowed {tc} of a burst of 3 (cost {cost})");
+        });
+    }
+}
+
 /// Runs `main` on this thread while two other threads check `c` once each: what `main`
 /// returns, and how many of the two checks were allowed.
 fn while_checked_twice<R>(
