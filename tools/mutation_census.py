@@ -21,6 +21,9 @@ Run from the repository root (about 30 s per mutant on 2 cores):
     python3 tools/mutation_census.py --out target/census.tsv            # every mutant
     python3 tools/mutation_census.py --only src/engine/params/mod.rs    # one file
     python3 tools/mutation_census.py --list                             # list, run nothing
+    python3 tools/mutation_census.py --table --write-doc docs/model-checking.md
+                                       # every verdict, and each survivor's reason
+                                       # (tools/census_reasons.py): exits 1 if one has none
 
 The tree is restored after each mutant (and on Ctrl-C); run it on a clean checkout.
 """
@@ -46,8 +49,6 @@ FILES = {
     "src/engine/cell.rs": DIRECT + KEYED,
     "src/engine/tagged.rs": KEYED,
     "src/limiter/direct.rs": DIRECT,
-    "src/limiter/direct/refund.rs": DIRECT,
-    "src/limiter/direct/with.rs": DIRECT,
     "src/limiter/keyed/carry.rs": KEYED,
     "src/limiter/keyed/grow.rs": KEYED,
     "src/limiter/keyed/insert.rs": KEYED,
@@ -60,6 +61,12 @@ FILES = {
     "src/concurrency/keyed.rs": CONC,
     "src/concurrency/wait.rs": CONC,
     "src/concurrency/permit.rs": CONC,
+}
+
+# Files added after the first pass: their mutants are numbered after the re-checks, so the
+# numbers of the first pass's mutants stay.
+LATER_FILES = {
+    "src/engine/refund.rs": DIRECT + KEYED + ["refund_"],
 }
 
 # Models that take a minute or more; run last.
@@ -107,7 +114,13 @@ def kind_of(line, col):
 
 
 def mutants():
-    for path, _ in FILES.items():
+    yield from file_mutants(FILES)
+    yield from recheck_mutants()
+    yield from file_mutants(LATER_FILES)
+
+
+def file_mutants(files):
+    for path in files:
         if not os.path.exists(path):
             continue
         lines = open(path).read().split("\n")
@@ -149,6 +162,9 @@ def mutants():
                 for t in targets:
                     yield (path, i, "order", f"{o} -> {t} at col {m.start()}: {line.strip()}",
                            ("col", (m.start(), m.end(), f"Ordering::{t}")))
+
+
+def recheck_mutants():
     for path, edits in RECHECKS.items():
         text = open(path).read()
         for old, new in edits:
@@ -208,7 +224,7 @@ def judge(path, timeout):
     # the models up to its killer, not all of them.
     rc, out = run([exe[0], "--list"], env, timeout)
     names = [l.split(":")[0] for l in out.splitlines() if l.endswith(": test")]
-    models = [n for n in names if any(n.startswith(m) for m in FILES[path])]
+    models = [n for n in names if any(n.startswith(m) for m in {**FILES, **LATER_FILES}[path])]
     # The slowest model last (about a minute, the rest take seconds in all).
     models.sort(key=lambda n: n in SLOW)
     for model in models:
@@ -263,6 +279,41 @@ def summary(path):
             print("\t".join([f[0], f[1] + ":" + f[2], f[3], f[4], f[5]]))
 
 
+def table(path, doc=None):
+    """The census as docs/model-checking.md shows it: the counts, then every mutant with its
+    verdict and, for a survivor, its class and reason (tools/census_reasons.py). Exits 1 if a
+    survivor has no reason."""
+    from census_reasons import reason_of
+    rows = sorted(latest(path).values(), key=lambda f: int(f[0]))
+    counts, lines, unexplained = {}, [], 0
+    for f in rows:
+        n, file, line, op, what, verdict = f[:6]
+        if verdict.startswith("killed"):
+            cls, why = "killed", verdict[len("killed ("):-1]
+        else:
+            r = reason_of(file, int(line), what)
+            cls, why = r if r else ("UNEXPLAINED", verdict)
+            unexplained += r is None
+        counts[cls] = counts.get(cls, 0) + 1
+        change = what.split(": ", 1)[0].replace(" at col", ", col")
+        code = what.split(": ", 1)[-1].replace("|", "\\|")
+        lines.append(f"| {n} | `{file.removeprefix('src/')}:{line}` | {change}: `{code}` | "
+                     f"{cls} | {why} |")
+    out = [f"{len(rows)} mutants: " + ", ".join(f"{c} {k}" for k, c in sorted(counts.items())),
+           "", "| # | place | mutation | verdict | by what, or why |", "|---:|---|---|---|---|"]
+    out += lines
+    text = "\n".join(out)
+    if doc:
+        # Between the markers of the census's section, in place.
+        begin, end = "<!-- census table: begin -->\n", "<!-- census table: end -->"
+        page = open(doc).read()
+        i, j = page.index(begin) + len(begin), page.index(end)
+        open(doc, "w").write(page[:i] + text + "\n" + page[j:])
+    else:
+        print(text)
+    return 1 if unexplained else 0
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="target/census.tsv")
@@ -272,9 +323,16 @@ def main():
     ap.add_argument("--retry", action="store_true",
                     help="run again the mutants whose last verdict is SURVIVED (after a new model)")
     ap.add_argument("--summary", action="store_true", help="per-file counts of the output")
+    ap.add_argument("--table", action="store_true",
+                    help="every mutant with its verdict or reason, as docs/model-checking.md")
+    ap.add_argument("--write-doc", metavar="PAGE",
+                    help="with --table: write it into PAGE between its census markers")
     a = ap.parse_args()
     if a.summary:
         return summary(a.out)
+    if a.table:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        return table(a.out, a.write_doc)
     # Numbered over the whole census, so `--only` and `--retry` keep each mutant's number.
     ms = [(n, m) for n, m in enumerate(mutants()) if not a.only or m[0] in a.only]
     if a.list:
@@ -305,4 +363,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
