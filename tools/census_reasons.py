@@ -74,6 +74,11 @@ REASONS = [
      "read by another thread through this word."),
     ("src/engine/cell.rs", "AcqRel -> Release", "word.compare_exchange_weak(raw, next",
      "payload", "After a successful swap the check reads nothing: it returns its verdict."),
+    ("src/engine/refund.rs", "AcqRel -> Acquire", "word.compare_exchange_weak(raw, next",
+     "payload", "A refund's swap publishes only the TAT it writes: nothing written before it is "
+     "read by another thread through this word."),
+    ("src/engine/refund.rs", "AcqRel -> Release", "word.compare_exchange_weak(raw, next",
+     "payload", "After a successful swap the refund reads nothing: it returns."),
     ("src/limiter/direct.rs", "Acquire -> Relaxed", "let mut cur = tat.load(Ordering::Acquire);",
      "fence", "The direct fast path's TAT load is followed by `confirm`, whose first step is an "
      "Acquire fence."),
