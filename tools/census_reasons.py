@@ -75,10 +75,9 @@ REASONS = [
     ("src/engine/cell.rs", "AcqRel -> Release", "word.compare_exchange_weak(raw, next",
      "payload", "After a successful swap the check reads nothing: it returns its verdict."),
     ("src/engine/refund.rs", "AcqRel -> Acquire", "word.compare_exchange_weak(raw, next",
-     "payload", "A refund's swap publishes only the TAT it writes: nothing written before it is "
-     "read by another thread through this word."),
+     "payload", "As `cell.rs`'s swap: the word is the whole message."),
     ("src/engine/refund.rs", "AcqRel -> Release", "word.compare_exchange_weak(raw, next",
-     "payload", "After a successful swap the refund reads nothing: it returns."),
+     "payload", "As `cell.rs`'s swap: after it the refund reads nothing."),
     ("src/limiter/direct.rs", "Acquire -> Relaxed", "let mut cur = tat.load(Ordering::Acquire);",
      "fence", "The direct fast path's TAT load is followed by `confirm`, whose first step is an "
      "Acquire fence."),

@@ -438,7 +438,7 @@ mod tests {
         let lim = KeyedConcurrencyLimiter::<u64>::try_new(1).unwrap(); // a test: a panic is its failure
         let mut held = std::collections::VecDeque::new();
         for k in 0..200_000u64 {
-            held.push_back(lim.try_acquire_key(&k).unwrap());
+            held.push_back(lim.try_acquire_key(&k).unwrap()); // a test: a panic is its failure
             if held.len() > 100 {
                 held.pop_front();
             }
