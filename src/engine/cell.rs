@@ -47,7 +47,7 @@ pub(crate) fn allowed(p: &Params, ahead: u64) -> Allowed {
 /// What a check of weight `w` would say right now, without writing.
 #[inline]
 pub(crate) fn evaluate(tat: u64, now: u64, p: &Params, w: u64, reason: DenyReason) -> Verdict {
-    let clamped = gcra::clamp(tat, now, p.tau);
+    let clamped = gcra::clamp(tat, now, p.bound());
     if w == 0 {
         let ahead = clamped.saturating_sub(now);
         return Verdict::Allow(allowed(p, ahead));
@@ -158,7 +158,7 @@ pub(crate) fn step_checked(
             return None;
         }
         let cur = tagged::decode(raw, mask);
-        let clamped = gcra::clamp(cur, now, p.tau);
+        let clamped = gcra::clamp(cur, now, p.bound());
         if clamped < cur && !refreshed {
             refreshed = true;
             if refresh(&mut now, &fresh) {
@@ -274,6 +274,7 @@ mod tests {
             per: Per::Request { t: 10 },
             tau: 20,
             burst: 2,
+            debt: 0,
         };
         // A TAT far ahead (left by an older, larger τ): clamped to now + τ and stored.
         let word = AtomicU64::new(1_000);
@@ -293,6 +294,7 @@ mod tests {
             per: Per::Request { t: 10 },
             tau: 100,
             burst: 10,
+            debt: 0,
         };
         let a = Attempt {
             now: 100,
@@ -363,6 +365,7 @@ mod tests {
             per: Per::Request { t: 10 },
             tau: 20,
             burst: 2,
+            debt: 0,
         };
         // Another thread, reading now = 1005, left the cell empty: TAT = 1005 + τ.
         let word = AtomicU64::new(1_025);

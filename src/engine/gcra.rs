@@ -48,6 +48,10 @@ pub(crate) struct Params {
     pub(crate) tau: u64,
     /// The effective burst in work units (requests or bytes): the largest cost a check may ask.
     pub(crate) burst: u64,
+    /// How far past `now + τ` a [charge](crate::engine::charge) may push the TAT, in ns
+    /// (`0 ≤ debt ≤` [`MAX_TAU`]; 0 unless a limiter is built with `max_debt`). Checks never
+    /// push it there: they are allowed only while `tat − now ≤ τ` after their step.
+    pub(crate) debt: u64,
 }
 
 impl Params {
@@ -58,7 +62,21 @@ impl Params {
             per: Per::Request { t },
             tau,
             burst: u64::MAX,
+            debt: 0,
         }
+    }
+
+    /// The same parameters with a debt cap of `debt` ns.
+    #[inline]
+    pub(crate) fn with_debt(self, debt: u64) -> Self {
+        Self { debt, ..self }
+    }
+
+    /// How far ahead of `now` a TAT may stand: `τ + debt` (at most 2^63, so `now + bound`
+    /// saturates exactly as `now + τ` does). The clamp before every step lowers a TAT to it.
+    #[inline]
+    pub(crate) fn bound(&self) -> u64 {
+        self.tau + self.debt
     }
 
     /// The same parameters with the tolerance of a priority class, `tol ≤ τ`: what the class
@@ -162,11 +180,12 @@ pub(crate) enum Outcome {
 /// The largest TAT a cell may hold; `u64::MAX` is reserved (the keyed table's tombstone).
 pub(crate) const MAX_TAT: u64 = u64::MAX - 1;
 
-/// `min(tat, now + τ)`: the clamp applied before every step. `now + τ` saturates, which is
+/// `min(tat, now + bound)`: the clamp applied before every step, `bound = τ` or
+/// [`Params::bound`] (τ plus the debt a charge may leave). `now + bound` saturates, which is
 /// exact here: if it overflows, it exceeds every `tat`.
 #[inline]
-pub(crate) fn clamp(tat: u64, now: u64, tau: u64) -> u64 {
-    tat.min(now.saturating_add(tau))
+pub(crate) fn clamp(tat: u64, now: u64, bound: u64) -> u64 {
+    tat.min(now.saturating_add(bound))
 }
 
 /// One GCRA step of weight `w ≤ τ` at `now` on an already clamped `tat`.
@@ -179,7 +198,7 @@ pub(crate) fn step(tat: u64, now: u64, w: u64, tau: u64) -> Outcome {
         Some(tat) if tat <= MAX_TAT => tat,
         _ => return Outcome::Overflow,
     };
-    // base − now ≤ τ after the clamp, and w ≤ τ ≤ 2^62: the sum cannot overflow.
+    // base − now ≤ τ + debt ≤ 2^63 after the clamp, and w ≤ τ ≤ 2^62: the sum cannot overflow.
     let ahead = (base - now) + w;
     if ahead > tau {
         return Outcome::Deny {
@@ -268,6 +287,7 @@ mod tests {
             per: Per::Byte { num: 1, den: 3 },
             tau: 100,
             burst: 300,
+            debt: 0,
         };
         assert_eq!(p.weight(1), Some(1));
         assert_eq!(p.weight(3), Some(1));

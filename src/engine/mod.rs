@@ -3,6 +3,7 @@
 //! counters and the error types. The bottom layer: it uses nothing else in the crate.
 
 pub(crate) mod cell;
+pub(crate) mod charge;
 pub(crate) mod check;
 pub(crate) mod clock;
 pub(crate) mod error;

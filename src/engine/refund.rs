@@ -28,11 +28,12 @@ pub(crate) fn refunded(tat: u64, now: u64, w: u64) -> u64 {
 }
 
 impl Params {
-    /// The weight a refund of `n` units gives back: `n` capped at the burst (a refund returns a
-    /// cell at most to full, and a full cell is `τ` behind a drained one).
+    /// The weight a refund of `n` units gives back: capped at `τ + debt` (a refund returns a
+    /// cell at most to full, and a full cell is at most `τ + debt` behind one in the deepest
+    /// debt a charge may leave).
     #[inline]
     pub(crate) fn refund_weight(&self, n: u64) -> u64 {
-        self.weight(n.min(self.burst)).unwrap_or(self.tau)
+        self.weight_uncapped(n).min(self.bound())
     }
 }
 
@@ -113,6 +114,7 @@ mod tests {
             per: Per::Request { t: 10 },
             tau: 30,
             burst: 3,
+            debt: 0,
         };
         assert_eq!(p.refund_weight(2), 20);
         assert_eq!(p.refund_weight(u64::MAX), 30);

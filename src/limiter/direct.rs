@@ -78,6 +78,7 @@ impl RateLimiter {
             quota,
             clock: Clock::monotonic(),
             attached: Attached::default(),
+            max_debt: core::time::Duration::ZERO,
         }
     }
 
@@ -195,7 +196,7 @@ impl RateLimiter {
     #[inline]
     fn check_guarded(&self, g: &Guard) -> Verdict {
         if let Some((t, tau, seq)) = self.params.load_request() {
-            let p = Params::request(t, tau);
+            let p = self.params.request(t, tau);
             if let Some(v) = self.try_guarded(g, &p, t, Token::steady(seq)) {
                 return v;
             }

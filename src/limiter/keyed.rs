@@ -52,6 +52,7 @@ mod admission;
 mod builder;
 #[cfg(feature = "config")]
 mod carry;
+mod charge;
 mod check;
 mod grow;
 mod insert;

@@ -7,6 +7,7 @@ pub(crate) mod guard;
 pub(crate) mod keyed;
 pub(crate) mod wait;
 
+pub use crate::engine::charge::Charged;
 pub use direct::RateLimiterBuilder;
 pub use keyed::{Admission, KeyedRateLimiterBuilder, DEFAULT_MAX_KEYS, MAX_KEYS};
 #[cfg(feature = "tokio")]

@@ -77,6 +77,9 @@ pub(crate) struct SharedParams {
     fast_tau: [AtomicU64; 2],
     steady_until: [AtomicU64; 2],
     copies: [[AtomicU64; COPY]; 2],
+    /// The debt cap ([`Params::debt`]): set once at build, kept across quota changes (a
+    /// change publishes a quota's parameters; the cap is the limiter's, not the quota's).
+    debt: u64,
 }
 
 /// Words per copy: the parameters in force, the previous ones, the generation.
@@ -125,7 +128,15 @@ impl SharedParams {
             fast_tau: pair(tau),
             steady_until: pair(until),
             copies: [words.map(AtomicU64::new), words.map(AtomicU64::new)],
+            debt: params.debt,
         }
+    }
+
+    /// The parameters of a one-request step with this limiter's debt cap: what the fast
+    /// words `(T, τ)` stand for on the general path.
+    #[inline]
+    pub(crate) fn request(&self, t: u64, tau: u64) -> Params {
+        Params::request(t, tau).with_debt(self.debt)
     }
 
     /// For a request quota in steady state, `(T, τ, seq)`: three loads and a check; `None`
@@ -196,7 +207,7 @@ impl SharedParams {
     pub(crate) fn load_check(&self) -> Snapshot {
         match self.load_request() {
             Some((t, tau, seq)) => Snapshot {
-                cur: Params::request(t, tau),
+                cur: self.request(t, tau),
                 prev: None,
                 gen: 0,
                 seq,
@@ -211,9 +222,10 @@ impl SharedParams {
         loop {
             let before = self.seq.load(Ordering::Acquire);
             let c = &self.copies[(before & 1) as usize];
-            let cur = decode(&c[0..SET]);
+            let cur = decode(&c[0..SET], self.debt);
             // A previous set is present only during a change (its τ is never 0 then).
-            let prev = (c[SET + 1].load(Ordering::Relaxed) != 0).then(|| decode(&c[SET..2 * SET]));
+            let prev = (c[SET + 1].load(Ordering::Relaxed) != 0)
+                .then(|| decode(&c[SET..2 * SET], self.debt));
             let gen = c[2 * SET].load(Ordering::Relaxed);
             fence(Ordering::Acquire);
             if self.seq.load(Ordering::Relaxed) == before {
@@ -302,7 +314,7 @@ fn fast_words(cur: Params, prev: Option<Params>) -> [u64; 3] {
 }
 
 #[inline]
-fn decode(w: &[AtomicU64]) -> Params {
+fn decode(w: &[AtomicU64], debt: u64) -> Params {
     let t = w[0].load(Ordering::Relaxed);
     let per = if t != 0 {
         Per::Request { t }
@@ -318,6 +330,7 @@ fn decode(w: &[AtomicU64]) -> Params {
         per,
         tau: w[1].load(Ordering::Relaxed),
         burst: w[2].load(Ordering::Relaxed),
+        debt,
     }
 }
 
@@ -330,6 +343,7 @@ mod tests {
             per: Per::Request { t },
             tau: t * burst,
             burst,
+            debt: 0,
         }
     }
 
@@ -357,6 +371,7 @@ mod tests {
             },
             tau: 1 << 40,
             burst: 12,
+            debt: 0,
         };
         let shared = SharedParams::new(r);
         assert_eq!(shared.load().cur, r);

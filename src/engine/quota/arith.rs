@@ -50,7 +50,7 @@ impl Quota {
             time,
             ns_num,
             ns_den,
-            params: Params { per, tau, burst },
+            params: Params { per, tau, burst, debt: 0 },
         }
     }
 

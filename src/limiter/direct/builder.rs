@@ -1,5 +1,7 @@
 //! [`RateLimiterBuilder`]: the clock and what a [`RateLimiter`] carries.
 
+use core::time::Duration;
+
 use crate::sync::Mutex;
 
 use super::{DirectCell, RateLimiter};
@@ -21,6 +23,7 @@ pub struct RateLimiterBuilder {
     pub(super) quota: Quota,
     pub(super) clock: Clock,
     pub(super) attached: Attached,
+    pub(super) max_debt: Duration,
 }
 
 impl RateLimiterBuilder {
@@ -59,6 +62,26 @@ impl RateLimiterBuilder {
         self
     }
 
+    /// How far into debt a [`charge`](RateLimiter::charge) may push the limiter (default
+    /// zero: a charge drains the cell at most): a cell in debt denies every check until time
+    /// has paid the debt off, so a cost reported after the fact (tokens, a failed login) is
+    /// waited out rather than forgotten. Capped at about 146 years.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::RateLimiter;
+    ///
+    /// let lim = RateLimiter::builder("1000/min".parse()?)
+    ///     .max_debt(Duration::from_secs(600)) // at most ten minutes' worth beyond a drained cell
+    ///     .build();
+    /// assert_eq!(lim.charge(5_000).unpaid(), 0);
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn max_debt(mut self, max: Duration) -> Self {
+        self.max_debt = max;
+        self
+    }
+
     /// Builds the limiter, starting full (a whole burst is available).
     pub fn build(self) -> RateLimiter {
         let counters = Counters::new();
@@ -66,7 +89,11 @@ impl RateLimiterBuilder {
         RateLimiter {
             hot: Hot::new(&self.clock, guard.as_deref()),
             cell: Padded(DirectCell::default()),
-            params: SharedParams::new(self.quota.params()),
+            params: SharedParams::new(
+                self.quota
+                    .params()
+                    .with_debt(crate::engine::charge::debt_ns(self.max_debt)),
+            ),
             quota: Mutex::new(self.quota),
             clock: self.clock,
             counters,

@@ -3,6 +3,7 @@
 use crate::sync::atomic::{AtomicU64, AtomicUsize};
 use core::fmt;
 use core::marker::PhantomData;
+use core::time::Duration;
 
 use crate::sync::Mutex;
 
@@ -30,6 +31,7 @@ pub struct KeyedRateLimiterBuilder<K> {
     overflow_quota: Option<Quota>,
     admission: Admission,
     attached: Attached,
+    max_debt: Duration,
     _key: PhantomData<fn(&K)>,
 }
 
@@ -46,6 +48,7 @@ impl<K> fmt::Debug for KeyedRateLimiterBuilder<K> {
             .field("admission", &self.admission)
             .field("priorities", &self.attached.priorities)
             .field("retry_budget", &self.attached.budget)
+            .field("max_debt", &self.max_debt)
             .finish_non_exhaustive()
     }
 }
@@ -59,6 +62,7 @@ impl<K> KeyedRateLimiterBuilder<K> {
             overflow_quota: None,
             admission: Admission::default(),
             attached: Attached::default(),
+            max_debt: Duration::ZERO,
             _key: PhantomData,
         }
     }
@@ -139,6 +143,28 @@ impl<K> KeyedRateLimiterBuilder<K> {
         self
     }
 
+    /// How far into debt a [`charge_key`](KeyedRateLimiter::charge_key) may push a key
+    /// (default zero: a charge drains the key's cell at most): a key in debt is denied until
+    /// time has paid the debt off. Capped at about 146 years. The overflow cell is never
+    /// charged.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::KeyedRateLimiter;
+    ///
+    /// let lim = KeyedRateLimiter::<String>::builder("100/min".parse()?)
+    ///     .max_debt(Duration::from_secs(3_600))
+    ///     .build();
+    /// assert!(lim.check_key("tenant-a").is_permitted());
+    /// assert!(lim.charge_key("tenant-a", 500).is_paid());
+    /// assert!(!lim.check_key("tenant-a").is_permitted());
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn max_debt(mut self, max: Duration) -> Self {
+        self.max_debt = max;
+        self
+    }
+
     /// Builds the limiter. The table starts small (4 KiB of slots) and grows with the keys
     /// tracked, up to what `max_keys` keys need; only the directory of its segments is sized
     /// for `max_keys` now (40 bytes per MiB of the largest table). If the allocator
@@ -164,7 +190,11 @@ impl<K> KeyedRateLimiterBuilder<K> {
             hot: Hot::new(&self.clock, guard.as_deref()),
             table,
             max_keys,
-            params: SharedParams::new(self.quota.params()),
+            params: SharedParams::new(
+                self.quota
+                    .params()
+                    .with_debt(crate::engine::charge::debt_ns(self.max_debt)),
+            ),
             overflow: Overflow {
                 tat: Padded(AtomicU64::new(0)),
                 gate: Gate::default(),

@@ -274,7 +274,7 @@ impl<K> KeyedRateLimiter<K> {
 /// One step on a TAT held under a lock, for a class of tolerance `tol ≤ τ` (the clamp uses
 /// the full τ, as in [`cell::step_within`]).
 pub(super) fn step_plain(tat: &mut u64, now: u64, p: &Params, w: u64, tol: u64) -> Verdict {
-    let clamped = gcra::clamp(*tat, now, p.tau);
+    let clamped = gcra::clamp(*tat, now, p.bound());
     let outcome = gcra::step(clamped, now, w, tol);
     *tat = match outcome {
         Outcome::Allow { tat, .. } => tat,

@@ -126,7 +126,7 @@ impl<K> KeyedRateLimiter<K> {
         if g.pass_reason(now).is_some() {
             return None;
         }
-        let p = Params::request(t, tau);
+        let p = self.params.request(t, tau);
         let a = Attempt { now, p: &p, w: t };
         let valid = || slot.key.load(Ordering::Acquire) == fp && self.params.unchanged(seq);
         let fresh = || self.now();
