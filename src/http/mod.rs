@@ -41,6 +41,7 @@
 //!   `grpc-retry-pushback-ms`; [`Queue`] mode waits a bounded time instead.
 
 mod body;
+mod exempt;
 mod fields;
 mod inflight;
 mod judge;
