@@ -89,6 +89,11 @@ pub(crate) struct Shared {
 ///
 /// # What a request goes through
 ///
+/// 0. The exemptions ([`exempt`](RateLimitLayerBuilder::exempt),
+///    [`exempt_ips`](RateLimitLayerBuilder::exempt_ips),
+///    [`exempt_preflight`](RateLimitLayerBuilder::exempt_preflight)), if any: an exempt
+///    request goes straight to the inner service, judged by nothing, with no field added
+///    (see [Exemptions](RateLimitLayerBuilder#exemptions)).
 /// 1. The key ([`key`](RateLimitLayerBuilder::key); by default [`GlobalKey`]): missing or
 ///    malformed → the [`OnMissingKey`] choice.
 /// 2. The tier, category and route, the attempt number and the cost: a malformed header
