@@ -332,7 +332,7 @@ impl PeerIp {
         self
     }
 
-    fn peer(&self, parts: &Parts) -> Result<IpAddr, KeyError> {
+    pub(crate) fn peer(&self, parts: &Parts) -> Result<IpAddr, KeyError> {
         (self.lookup)(&parts.extensions).ok_or(KeyError::NoPeerAddress)
     }
 }

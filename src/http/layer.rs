@@ -12,6 +12,7 @@ use http::Response;
 use tower_layer::Layer;
 
 use super::body::{OwnBody, WrappedBody};
+use super::exempt::{Exemptions, Rules};
 use super::inflight::{InFlightEntry, InFlightLimit};
 use super::key::{GlobalKey, KeyExtractor, OnMissingKey};
 use super::lean::{Lean, LeanKey, LeanLimit};
@@ -59,6 +60,8 @@ pub(crate) struct Shared {
     pub(crate) lean: Option<Lean>,
     pub(crate) policy_cache: super::response::PolicyCache,
     pub(crate) counters: Counters,
+    /// The exemptions, asked before anything else (see `exempt.rs`); `None` if there are none.
+    pub(crate) exempt: Option<Exemptions>,
 }
 
 /// A tower [`Layer`] that rate-limits `http` services: it reads a key from each request,
@@ -86,6 +89,11 @@ pub(crate) struct Shared {
 ///
 /// # What a request goes through
 ///
+/// 0. The exemptions ([`exempt`](RateLimitLayerBuilder::exempt),
+///    [`exempt_ips`](RateLimitLayerBuilder::exempt_ips),
+///    [`exempt_preflight`](RateLimitLayerBuilder::exempt_preflight)), if any: an exempt
+///    request goes straight to the inner service, judged by nothing, with no field added
+///    (see [Exemptions](RateLimitLayerBuilder#exemptions)).
 /// 1. The key ([`key`](RateLimitLayerBuilder::key); by default [`GlobalKey`]): missing or
 ///    malformed → the [`OnMissingKey`] choice.
 /// 2. The tier, category and route, the attempt number and the cost: a malformed header
@@ -199,6 +207,7 @@ impl<M> fmt::Debug for RateLimitLayer<M> {
             .field("headers", &s.headers)
             .field("cost", &s.cost)
             .field("lean", &s.lean.is_some())
+            .field("exempt", &s.exempt)
             .field("queue", &s.queue.as_ref().map(|w| &w.config))
             .field("stats", &self.stats())
             .finish_non_exhaustive()
@@ -238,12 +247,17 @@ pub struct RateLimitLayerBuilder {
     queue_if: Option<Predicate>,
     hook: Option<Hook>,
     success: Option<Arc<SuccessRate>>,
+    /// The exemptions (their builder methods are in `exempt.rs`).
+    pub(super) exempt: Rules,
 }
 
 impl RateLimitLayerBuilder {
-    /// How the key is read (default [`GlobalKey`]: one key for every request).
+    /// How the key is read (default [`GlobalKey`]: one key for every request). A
+    /// [`PeerIp`](super::PeerIp) or [`ForwardedIp`](super::ForwardedIp) key is also how
+    /// [`exempt_ips`](Self::exempt_ips) finds the client's address.
     pub fn key(mut self, key: impl KeyExtractor) -> Self {
         self.lean_key = LeanKey::of(&key);
+        self.exempt.key_is(&key);
         self.key = Some(Arc::new(key));
         self
     }
@@ -459,6 +473,7 @@ impl RateLimitLayerBuilder {
             lean,
             policy_cache: Default::default(),
             counters: Counters::default(),
+            exempt: self.exempt.build(),
         };
         Ok(RateLimitLayer {
             shared: Arc::new(shared),

@@ -12,6 +12,9 @@
 //!     .key(HeaderKey::new(HeaderName::from_static("x-api-key")))
 //!     .on_missing_key(OnMissingKey::Reject(http::StatusCode::UNAUTHORIZED))
 //!     .limit("per-key", KeyedRateLimiter::<String>::new("100/min".parse()?))
+//!     // Health checks and CORS preflights are never limited.
+//!     .exempt(|parts| parts.uri.path() == "/healthz")
+//!     .exempt_preflight()
 //!     .build()?;
 //! // axum: Router::new().route(..).layer(layer)
 //! # let _ = layer;
@@ -39,8 +42,16 @@
 //! * Responses: `429` + `Retry-After` (whole seconds rounded up, never 0) + IETF
 //!   `RateLimit-Policy`/`RateLimit` + a problem body; gRPC gets `grpc-status: 8` and
 //!   `grpc-retry-pushback-ms`; [`Queue`] mode waits a bounded time instead.
+//! * Exemptions: requests a predicate accepts
+//!   ([`exempt`](RateLimitLayerBuilder::exempt)), from client addresses in given ranges
+//!   (found as the key finds them, trusted proxies included:
+//!   [`exempt_ips`](RateLimitLayerBuilder::exempt_ips)), and CORS preflights
+//!   ([`exempt_preflight`](RateLimitLayerBuilder::exempt_preflight)) go straight to the
+//!   inner service: no limit charged, no rate-limit field, counted in
+//!   [`LayerStats::exempt`].
 
 mod body;
+mod exempt;
 mod fields;
 mod inflight;
 mod judge;

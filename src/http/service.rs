@@ -214,7 +214,16 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: Request<B>) -> Self::Future {
+    fn call(&mut self, mut req: Request<B>) -> Self::Future {
+        if let Some(exempt) = &self.shared.exempt {
+            // Before anything else: an exempt request goes on as it came, with nothing added.
+            let (parts, body) = req.into_parts();
+            let free = exempt.applies(&parts, &self.shared.counters);
+            req = Request::from_parts(parts, body);
+            if free {
+                return ResponseFuture::inner(self.inner.call(req), None);
+            }
+        }
         if let Some(lean) = &self.shared.lean {
             if let Decided::Verdict { key, verdict } = lean.decide(req.headers()) {
                 let shared = &*self.shared;

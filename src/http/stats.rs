@@ -41,6 +41,15 @@ pub struct LayerStats {
     /// ([`RateLimitLayerBuilder::concurrency`](super::RateLimitLayerBuilder::concurrency)) had no slot open: not counted in `denied`,
     /// and charged to no rate limit.
     pub saturated: u64,
+    /// Requests an exemption ([`RateLimitLayerBuilder::exempt`](super::RateLimitLayerBuilder::exempt),
+    /// [`exempt_ips`](super::RateLimitLayerBuilder::exempt_ips),
+    /// [`exempt_preflight`](super::RateLimitLayerBuilder::exempt_preflight)) handed straight
+    /// to the inner service: judged by no limit, and not counted in `allowed`.
+    pub exempt: u64,
+    /// Exemption rules that panicked (a predicate, or the peer-address lookup of
+    /// `exempt_ips`): the panic was contained and the rule did not exempt the request,
+    /// which was then judged as usual.
+    pub exempt_panics: u64,
 }
 
 #[derive(Default)]
@@ -56,6 +65,8 @@ pub(crate) struct Counters {
     pub(crate) source_errors: AtomicU64,
     pub(crate) no_peer_address: AtomicU64,
     pub(crate) saturated: AtomicU64,
+    pub(crate) exempt: AtomicU64,
+    pub(crate) exempt_panics: AtomicU64,
     /// Whether the warning for a request without a peer address was given (once a layer).
     pub(crate) warned_no_peer: AtomicBool,
 }
@@ -80,6 +91,8 @@ impl Counters {
             source_errors: r(&self.source_errors),
             no_peer_address: r(&self.no_peer_address),
             saturated: r(&self.saturated),
+            exempt: r(&self.exempt),
+            exempt_panics: r(&self.exempt_panics),
         }
     }
 

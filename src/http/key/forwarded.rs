@@ -130,7 +130,9 @@ impl ForwardedIp {
         .ok_or("a hop is not an IP address")
     }
 
-    fn client(&self, parts: &Parts) -> Result<IpAddr, KeyError> {
+    /// The client's address, as [`extract`](KeyExtractor::extract) keys it (before the
+    /// IPv6 prefix); also what the layer's IP exemptions read.
+    pub(crate) fn client(&self, parts: &Parts) -> Result<IpAddr, KeyError> {
         let peer = self.peer.peer(parts)?;
         if !self.is_trusted(peer) {
             return Ok(peer);
