@@ -14,7 +14,9 @@ fn retry_after(v: Verdict) -> Duration {
 #[test]
 fn a_charge_without_debt_drains_at_most_and_reports_the_rest() {
     let clock = ManualClock::new();
-    let lim = RateLimiter::builder("10/s".parse().unwrap()).clock(clock.clone()).build();
+    let lim = RateLimiter::builder("10/s".parse().unwrap())
+        .clock(clock.clone())
+        .build();
     assert!(lim.check().is_permitted());
     let c = lim.charge(25);
     assert_eq!(c.unpaid(), 16, "9 units of room were left; 16 did not fit");
@@ -50,7 +52,10 @@ fn a_refund_pays_off_debt_but_never_lifts_above_full() {
         .build();
     assert!(lim.charge(30).is_paid());
     lim.refund(25);
-    assert_eq!(lim.check_n(0).unwrap().allowed().map(|a| a.remaining()), Some(5));
+    assert_eq!(
+        lim.check_n(0).unwrap().allowed().map(|a| a.remaining()),
+        Some(5)
+    );
     lim.refund(u64::MAX);
     assert!(lim.check_n(10).unwrap().is_permitted());
     assert!(!lim.check().is_permitted(), "never more than the burst");
@@ -81,14 +86,21 @@ fn debt_survives_the_fast_path_and_a_byte_budget() {
         .build();
     assert!(lim.charge(60).is_paid());
     for _ in 0..100 {
-        assert_eq!(retry_after(lim.check()), Duration::from_millis(51), "50 ms of debt, then one unit");
+        assert_eq!(
+            retry_after(lim.check()),
+            Duration::from_millis(51),
+            "50 ms of debt, then one unit"
+        );
     }
     let bytes = RateLimiter::builder("1MB/s".parse().unwrap())
         .clock(clock.clone())
         .max_debt(Duration::from_secs(1))
         .build();
     assert!(bytes.charge(2_000_000).is_paid());
-    assert_eq!(retry_after(bytes.check()), Duration::from_nanos(1_000_001_000));
+    assert_eq!(
+        retry_after(bytes.check()),
+        Duration::from_nanos(1_000_001_000)
+    );
 }
 
 #[test]
@@ -103,9 +115,19 @@ fn a_keyed_charge_only_charges_tracked_keys() {
     assert!(lim.check_key("alice").is_permitted());
     let c = lim.charge_key("alice", 100);
     assert_eq!(c.debt(), Duration::from_secs(2));
-    assert_eq!(c.unpaid(), 100 - 5, "1 unit of room and 4 of debt were left");
-    assert_eq!(retry_after(lim.check_key("alice")), Duration::from_millis(2_500));
-    assert!(lim.check_key("bob").is_permitted(), "other keys are untouched");
+    assert_eq!(
+        c.unpaid(),
+        100 - 5,
+        "1 unit of room and 4 of debt were left"
+    );
+    assert_eq!(
+        retry_after(lim.check_key("alice")),
+        Duration::from_millis(2_500)
+    );
+    assert!(
+        lim.check_key("bob").is_permitted(),
+        "other keys are untouched"
+    );
     lim.reset_key("alice");
     assert!(lim.check_key_n("alice", 2).unwrap().is_permitted());
 }

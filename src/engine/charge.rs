@@ -52,7 +52,9 @@ impl Charged {
 /// The longest debt a cap may allow, as [`MAX_TAU`]: `now + τ + debt` then stays below 2^63
 /// past `now`.
 pub(crate) fn debt_ns(max: Duration) -> u64 {
-    u64::try_from(max.as_nanos()).unwrap_or(u64::MAX).min(MAX_TAU)
+    u64::try_from(max.as_nanos())
+        .unwrap_or(u64::MAX)
+        .min(MAX_TAU)
 }
 
 impl Params {
@@ -149,7 +151,11 @@ mod tests {
         assert_eq!(outcome(0, 100, 20, 80), (120, 20), "a full cell");
         assert_eq!(outcome(150, 100, 20, 80), (170, 20));
         assert_eq!(outcome(150, 100, 500, 80), (180, 30), "cut at now + bound");
-        assert_eq!(outcome(200, 100, 5, 80), (200, 0), "past the bound: left as it is");
+        assert_eq!(
+            outcome(200, 100, 5, 80),
+            (200, 0),
+            "past the bound: left as it is"
+        );
         assert_eq!(outcome(5, u64::MAX - 3, 9, 80), (MAX_TAT, 2), "no overflow");
     }
 
@@ -161,7 +167,10 @@ mod tests {
         assert!(p.charged(2, 20, 20, 120, 100).is_paid());
         assert_eq!(p.weight_uncapped(u64::MAX), u64::MAX);
         let word = AtomicU64::new(150);
-        assert_eq!(charge_word(&word, 0, 100, 500, 80, || true), Some((180, 30)));
+        assert_eq!(
+            charge_word(&word, 0, 100, 500, 80, || true),
+            Some((180, 30))
+        );
         assert_eq!(word.load(Ordering::Relaxed), 180);
         assert_eq!(charge_word(&word, 0, 100, 5, 80, || false), None);
         assert_eq!(debt_ns(Duration::MAX), MAX_TAU);

@@ -59,7 +59,12 @@ impl Limit {
                 }),
         };
         let burst = ns.burst.min(cap).max(1);
-        let mut p = Params { per, tau: 0, burst, debt: 0 };
+        let mut p = Params {
+            per,
+            tau: 0,
+            burst,
+            debt: 0,
+        };
         // burst ≥ 1 and ≤ burst: `weight` answers.
         p.tau = p.weight(burst).unwrap_or(MAX_TAU_US).clamp(1, MAX_TAU_US);
         Self { p }

@@ -94,4 +94,3 @@ pub fn while_checked_twice<R>(
         u64::from(insert.join().unwrap()) + u64::from(again.join().unwrap()),
     )
 }
-

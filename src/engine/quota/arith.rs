@@ -50,7 +50,12 @@ impl Quota {
             time,
             ns_num,
             ns_den,
-            params: Params { per, tau, burst, debt: 0 },
+            params: Params {
+                per,
+                tau,
+                burst,
+                debt: 0,
+            },
         }
     }
 

@@ -96,8 +96,7 @@ impl RateLimiter {
             let now = self.now();
             let c = &self.cell.0;
             let valid = || token.still_valid(&self.params, &c.gate);
-            if let Some((tat, applied)) = charge::charge_word(&c.tat, 0, now, w, p.bound(), valid)
-            {
+            if let Some((tat, applied)) = charge::charge_word(&c.tat, 0, now, w, p.bound(), valid) {
                 return p.charged(n, w, applied, tat, now);
             }
         }

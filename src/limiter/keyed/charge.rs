@@ -94,8 +94,7 @@ impl<K> KeyedRateLimiter<K> {
         let valid = || ours() && token.still_valid(&self.params, place.gate);
         let now = self.now();
         let mask = tagged::mask_of(fp);
-        let (tat, applied) =
-            charge::charge_word(&place.slot.tat, mask, now, w, p.bound(), valid)?;
+        let (tat, applied) = charge::charge_word(&place.slot.tat, mask, now, w, p.bound(), valid)?;
         Some(p.charged(n, w, applied, tat, now))
     }
 
@@ -118,7 +117,8 @@ impl<K> KeyedRateLimiter<K> {
             let w = p.weight_uncapped(n);
             // Only this lock's holder moves or kills a slot: it stays ours.
             let (word, mask) = (&place.slot.tat, tagged::mask_of(fp));
-            if let Some((tat, applied)) = charge::charge_word(word, mask, now, w, p.bound(), || true)
+            if let Some((tat, applied)) =
+                charge::charge_word(word, mask, now, w, p.bound(), || true)
             {
                 return p.charged(n, w, applied, tat, now);
             }
