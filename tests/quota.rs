@@ -327,7 +327,7 @@ fn other_messages() {
     );
     assert_eq!(
         err("10/fortnight").to_string(),
-        r#"unknown time unit "fortnight" in "10/fortnight": expected "ms", "s", "min", "h" or "d""#
+        r#"unknown time unit "fortnight" in "10/fortnight": expected "ms", "s", "min", "h", "d", "w" or "month""#
     );
     assert_eq!(
         err("1_000/s").to_string(),

@@ -53,7 +53,7 @@ mod units;
 ///
 /// | part | spellings | meaning |
 /// |---|---|---|
-/// | time unit | `ms`; `s` or `second`; `min` or `minute`; `h` or `hour`; `d` or `day` | the period `P` |
+/// | time unit | `ms`; `s` or `second`; `min` or `minute`; `h` or `hour`; `d` or `day`; `w` or `week`; `month` | the period `P` (see [Time units](#time-units)) |
 /// | work unit | none | requests: a check of cost `n` is `n` requests |
 /// | | `B`, `kB`, `MB`, `GB` | bytes: ×1, ×10^3, ×10^6, ×10^9 |
 /// | | `KiB`, `MiB`, `GiB` | bytes: ×2^10, ×2^20, ×2^30 |
@@ -62,10 +62,48 @@ mod units;
 ///
 /// ASCII only, case-sensitive, no whitespace, no sign, no leading zero, no exponent, no
 /// fraction, no digit separator, at most 64 bytes (longer input is rejected unscanned). Counts
-/// and bursts are `u64`, at least 1. `m` is rejected on purpose: minute or milli? Plurals
-/// (`seconds`) and other spellings (`sec`, `S`, `kb`) are rejected, with a hint. A byte burst
+/// and bursts are `u64`, at least 1. `m` is rejected on purpose: minute or milli? So is `M`:
+/// month or minute? Plurals (`seconds`, `weeks`, `months`) and other spellings (`sec`, `S`,
+/// `wk`, `mo`, `kb`) are rejected, with a hint. A byte burst
 /// must be a whole number of bytes (`;burst=12bit` is rejected), and a byte budget whose
 /// default burst is below one byte (`"3bit/s"`) needs an explicit one.
+///
+/// ## Time units
+///
+/// | unit | spellings | shown as | length |
+/// |---|---|---|---|
+/// | millisecond | `ms` | `ms` | 10^6 ns |
+/// | second | `s`, `second` | `s` | 10^9 ns |
+/// | minute | `min`, `minute` | `min` | 60 s |
+/// | hour | `h`, `hour` | `h` | 3600 s |
+/// | day | `d`, `day` | `d` | 86 400 s |
+/// | week | `w`, `week` | `w` | 7 days, 604 800 s |
+/// | month | `month` | `month` | 30 days, 2 592 000 s |
+///
+/// A period keeps the unit it was written in: `"28/7d"` shows as `"28/7d"` and `"4/week"` as
+/// `"4/w"`; they are equal quotas (`==` compares meaning).
+///
+/// `/month` is a **rolling 30 days**, not a calendar month: GCRA has no calendar, only a
+/// steady rate and a tolerance, so `"10000/month"` admits one request every 259.2 s on
+/// average with a burst of 10000, and a spent burst comes back gradually, never all at once
+/// on the 1st. A calendar-aligned reset (a fresh allowance on the 1st of each month) would
+/// need a fixed-window counter keyed by the calendar period and expiring at the period's end;
+/// this crate does not build one.
+///
+/// ```
+/// use tollgate::{Quota, QuotaErrorKind};
+///
+/// let q: Quota = "10000/month".parse()?;
+/// assert_eq!(q.to_string(), "10000/month");
+/// assert_eq!(q.period().as_secs(), 30 * 86_400);
+/// assert_eq!("4/week".parse::<Quota>()?.to_string(), "4/w");
+/// assert_eq!("4/w".parse::<Quota>()?, "4/7d".parse()?);
+/// assert_eq!("1/M".parse::<Quota>().unwrap_err().kind(), QuotaErrorKind::AmbiguousUnit);
+/// let err = "1/months".parse::<Quota>().unwrap_err();
+/// assert_eq!(err.kind(), QuotaErrorKind::UnknownUnit);
+/// assert!(err.to_string().contains(r#"did you mean "month"?"#));
+/// # Ok::<(), tollgate::QuotaError>(())
+/// ```
 ///
 /// [`Display`](fmt::Display) writes the short units and `;burst=` only when the effective
 /// burst differs from the default. A byte burst is written in the largest unit that holds it
@@ -212,7 +250,8 @@ impl Quota {
 
     /// One request every `interval`, one at a time (a burst of 1): a check every 90 ms, one a
     /// day, one every two days. Its string form writes the period with a span,
-    /// `"1/90ms"`, `"1/2d"`, in the largest unit that holds it exactly.
+    /// `"1/90ms"`, `"1/2d"`, in the largest unit up to days that holds it exactly (a week
+    /// is `"1/7d"`, never `"1/w"`).
     ///
     /// ```
     /// use core::time::Duration;
@@ -224,6 +263,8 @@ impl Quota {
     /// assert_eq!(q, "1/90ms".parse()?);
     /// let two_days = Quota::with_interval(Duration::from_secs(2 * 86_400))?;
     /// assert_eq!(two_days.to_string(), "1/2d");
+    /// let week = Quota::with_interval(Duration::from_secs(7 * 86_400))?;
+    /// assert_eq!((week.to_string(), week == "1/w".parse()?), ("1/7d".to_owned(), true));
     /// // Below a millisecond, as a count per millisecond when it divides one exactly.
     /// let fast = Quota::with_interval(Duration::from_micros(250))?;
     /// assert_eq!((fast.to_string(), fast.burst()), ("4/ms;burst=1".to_owned(), 1));

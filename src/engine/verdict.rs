@@ -81,8 +81,9 @@ pub struct Allowed {
     /// themselves.
     level: u64,
     reset_after: u64,
-    /// `T = divisor_hi·2^32 + divisor_lo` when `kind` is `Requests` (`T < 2^48`; every
-    /// quota's `T` is at most one day, below 2^47). Split so that `Allowed` is 24 bytes with
+    /// `T = divisor_hi·2^32 + divisor_lo` when `kind` is `Requests` (`T < 2^48`, about 3.26
+    /// days; a longer `T`, such as `"1/w"` or `"1/month"`, is divided at once and stored as
+    /// `Units`, see [`new`](Self::new)). Split so that `Allowed` is 24 bytes with
     /// `kind` last, whose spare values let [`Verdict`] keep its tag there: a 24-byte verdict
     /// instead of 32.
     divisor_lo: u32,
@@ -108,8 +109,8 @@ impl Allowed {
         match (divisor, slack.checked_add(reset_after)) {
             (0, _) => Self::units(slack, reset_after),
             (t, Some(level)) if t >> 48 == 0 => Self::requests(level, t, reset_after),
-            // Never for a quota's T, nor for a slack and a reset that fit a quota's clock;
-            // divided now rather than stored inexactly.
+            // A T of 2^48 ns or more (`"1/w"`, `"1/month"`: the general path), or a slack
+            // and a reset that overflow; divided now rather than stored inexactly.
             (t, _) => Self::units(slack / t, reset_after),
         }
     }

@@ -39,8 +39,9 @@ mod gate;
 pub use gate::LoomGate;
 pub(crate) use gate::{Gate, Token};
 
-/// The fast path's `T` is below this (every quota's `T` is, at most a day; a larger one
-/// would take the general path), so its verdict stores `T` in 48 bits without a test
+/// The fast path's `T` is below this (2^48 ns, about 3.26 days); a request quota with a
+/// longer `T` (`"1/w"`, `"1/month"`, up to the longest period, 2^59 ns) takes the general
+/// path. So the fast path's verdict stores `T` in 48 bits without a test
 /// ([`Allowed::requests`](crate::engine::verdict::Allowed::requests)).
 pub(crate) const FAST_T_LIMIT: u64 = 1 << 48;
 

@@ -10,7 +10,7 @@ use crate::engine::error::{QuotaError, QuotaErrorKind as Kind, Quoted};
 /// The longest accepted input, in bytes; longer input is rejected before it is scanned.
 const MAX_LEN: usize = 64;
 
-const TIME_UNITS: [(&str, TimeUnit); 9] = [
+const TIME_UNITS: [(&str, TimeUnit); 12] = [
     ("ms", TimeUnit::Milli),
     ("s", TimeUnit::Second),
     ("second", TimeUnit::Second),
@@ -20,10 +20,13 @@ const TIME_UNITS: [(&str, TimeUnit); 9] = [
     ("hour", TimeUnit::Hour),
     ("d", TimeUnit::Day),
     ("day", TimeUnit::Day),
+    ("w", TimeUnit::Week),
+    ("week", TimeUnit::Week),
+    ("month", TimeUnit::Month),
 ];
 
 /// Spellings people write that we reject, with the short form to suggest.
-const TIME_ALIASES: [(&str, &str); 13] = [
+const TIME_ALIASES: [(&str, &str); 18] = [
     ("millis", "ms"),
     ("msec", "ms"),
     ("millisecond", "ms"),
@@ -37,6 +40,11 @@ const TIME_ALIASES: [(&str, &str); 13] = [
     ("hrs", "h"),
     ("hours", "h"),
     ("days", "d"),
+    ("wk", "w"),
+    ("weeks", "w"),
+    ("mo", "month"),
+    ("mon", "month"),
+    ("months", "month"),
 ];
 
 const WORK_UNITS: [WorkUnit; 11] = [
@@ -166,13 +174,20 @@ fn time_unit(word: &str, at: usize, input: &str) -> Result<TimeUnit, QuotaError>
         );
         return Err(QuotaError::new(Kind::AmbiguousUnit, at, msg));
     }
+    if word == "M" {
+        let msg = format!(
+            r#"ambiguous unit "M" in {}: month or minute? write "month" or "min""#,
+            Quoted(input)
+        );
+        return Err(QuotaError::new(Kind::AmbiguousUnit, at, msg));
+    }
     let hint = TIME_UNITS
         .iter()
         .map(|&(s, unit)| (s, unit.symbol()))
         .chain(TIME_ALIASES)
         .find(|(s, _)| s.eq_ignore_ascii_case(word))
         .map_or_else(
-            || r#": expected "ms", "s", "min", "h" or "d""#.to_owned(),
+            || r#": expected "ms", "s", "min", "h", "d", "w" or "month""#.to_owned(),
             |(_, short)| format!(r#": did you mean "{short}"?"#),
         );
     Err(unknown_unit("time unit", word, at, input, &hint))

@@ -8,6 +8,10 @@ pub(crate) enum TimeUnit {
     Minute,
     Hour,
     Day,
+    /// Seven days.
+    Week,
+    /// Thirty days: a rolling window, not a calendar month.
+    Month,
 }
 
 impl TimeUnit {
@@ -19,6 +23,8 @@ impl TimeUnit {
             TimeUnit::Minute => 60_000_000_000,
             TimeUnit::Hour => 3_600_000_000_000,
             TimeUnit::Day => 86_400_000_000_000,
+            TimeUnit::Week => 7 * 86_400_000_000_000,
+            TimeUnit::Month => 30 * 86_400_000_000_000,
         }
     }
 
@@ -30,6 +36,8 @@ impl TimeUnit {
             TimeUnit::Minute => "min",
             TimeUnit::Hour => "h",
             TimeUnit::Day => "d",
+            TimeUnit::Week => "w",
+            TimeUnit::Month => "month",
         }
     }
 }
@@ -64,7 +72,10 @@ impl Period {
     }
 
     /// The period written as its largest exact unit with a span: 90 ms as `(90, ms)`, two
-    /// days as `(2, d)`; `None` unless it is a whole number of milliseconds.
+    /// days as `(2, d)`; `None` unless it is a whole number of milliseconds. Days are the
+    /// largest unit it picks (seven days stay `7d`, not `w`), so the string form of
+    /// [`Quota::with_interval`](super::Quota::with_interval) is what it was before weeks and
+    /// months were added.
     pub(super) fn from_nanos(ns: u64) -> Option<Self> {
         [
             TimeUnit::Day,
@@ -80,7 +91,7 @@ impl Period {
 }
 
 impl core::fmt::Display for Period {
-    /// `ms`, `s`, `min`, `h`, `d`; with the span before the unit when it is not 1 (`90ms`).
+    /// `ms`, `s`, `min`, `h`, `d`, `w`, `month`; with the span before the unit when it is not 1 (`90ms`).
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         if self.span != 1 {
             write!(f, "{}", self.span)?;

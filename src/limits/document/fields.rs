@@ -121,7 +121,7 @@ pub(super) fn quota_error(path: &Path<'_>, input: &str, err: &QuotaError) -> Con
 fn fallback_hint(kind: QuotaErrorKind) -> &'static str {
     match kind {
         QuotaErrorKind::MissingUnit | QuotaErrorKind::UnknownUnit => {
-            r#"write a time unit: "ms", "s", "min", "h" or "d", such as "100/s""#
+            r#"write a time unit: "ms", "s", "min", "h", "d", "w" or "month", such as "100/s""#
         }
         QuotaErrorKind::Zero => "counts and bursts are at least 1",
         QuotaErrorKind::TooFast => {
