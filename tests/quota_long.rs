@@ -19,7 +19,13 @@ const DAY: u64 = 86_400;
 
 #[test]
 fn weeks_and_months_parse_and_display_canonically() {
-    for s in ["10000/month", "4/w", "1/month", "3/2w", "1000/month;burst=50"] {
+    for s in [
+        "10000/month",
+        "4/w",
+        "1/month",
+        "3/2w",
+        "1000/month;burst=50",
+    ] {
         assert_eq!(q(s).to_string(), s, "{s} round-trips");
         assert_eq!(q(&q(s).to_string()), q(s));
     }
@@ -48,7 +54,9 @@ fn plurals_and_ambiguous_spellings_are_rejected_with_a_hint() {
 #[test]
 fn a_month_waits_exactly_thirty_days() {
     let clock = ManualClock::new();
-    let lim = RateLimiter::builder(q("1/month")).clock(clock.clone()).build();
+    let lim = RateLimiter::builder(q("1/month"))
+        .clock(clock.clone())
+        .build();
     assert!(lim.check().is_permitted());
     assert_eq!(retry_after(lim.check()), Duration::from_secs(2_592_000));
     clock.advance(Duration::from_secs(2_592_000 - 1));
@@ -65,14 +73,24 @@ fn four_a_week_is_one_every_42_hours() {
         assert!(lim.check().is_permitted());
     }
     assert_eq!(retry_after(lim.check()), Duration::from_secs(42 * 3_600));
-    let keyed = KeyedRateLimiter::<u64>::builder(q("4/w")).clock(clock.clone()).build();
+    let keyed = KeyedRateLimiter::<u64>::builder(q("4/w"))
+        .clock(clock.clone())
+        .build();
     for _ in 0..4 {
         assert!(keyed.check_key(&1).is_permitted());
     }
-    assert_eq!(retry_after(keyed.check_key(&1)), Duration::from_secs(42 * 3_600));
-    let monthly = KeyedRateLimiter::<u64>::builder(q("1/month")).clock(clock.clone()).build();
+    assert_eq!(
+        retry_after(keyed.check_key(&1)),
+        Duration::from_secs(42 * 3_600)
+    );
+    let monthly = KeyedRateLimiter::<u64>::builder(q("1/month"))
+        .clock(clock.clone())
+        .build();
     assert!(monthly.check_key(&9).is_permitted());
-    assert_eq!(retry_after(monthly.check_key(&9)), Duration::from_secs(30 * DAY));
+    assert_eq!(
+        retry_after(monthly.check_key(&9)),
+        Duration::from_secs(30 * DAY)
+    );
 }
 
 #[test]
@@ -86,7 +104,10 @@ fn huge_long_period_quotas_are_typed_errors() {
         assert!(s.parse::<Quota>().is_err(), "{s} must be rejected");
     }
     let big = q("1/month;burst=18446744073709551615");
-    assert!(big.burst() >= 1, "the burst is lowered to what fits, not a panic");
+    assert!(
+        big.burst() >= 1,
+        "the burst is lowered to what fits, not a panic"
+    );
 }
 
 #[cfg(feature = "serde")]
@@ -105,7 +126,11 @@ fn a_week_to_a_month_diffs_as_a_tightening_of_30_over_7() {
     use tollgate::limits::{Direction, Limits, QuotaChange};
     let change = QuotaChange::new(q("1000/w"), q("1000/month"));
     assert_eq!(change.direction(), Direction::Tighter);
-    assert!((change.factor() - 30.0 / 7.0).abs() < 1e-9, "{}", change.factor());
+    assert!(
+        (change.factor() - 30.0 / 7.0).abs() < 1e-9,
+        "{}",
+        change.factor()
+    );
     assert_eq!(change.to_string(), "1000/w → 1000/month: 4.29× tighter");
     let doc = |quota: &str, revision: u64| {
         Limits::from_toml(&format!(
@@ -117,7 +142,11 @@ fn a_week_to_a_month_diffs_as_a_tightening_of_30_over_7() {
     let diff = Limits::diff(&doc("1000/w", 1), &doc("1000/month", 2));
     assert_eq!(diff.changed()[0].quota, Some(change));
     let back = QuotaChange::new(q("1000/month"), q("1000/w"));
-    assert_eq!(back.direction(), Direction::Looser, "the same count per shorter period");
+    assert_eq!(
+        back.direction(),
+        Direction::Looser,
+        "the same count per shorter period"
+    );
     assert!(Limits::from_toml(
         "schema = 1\nrevision = 1\n[[policies]]\nname = \"api\"\nquota = \"1000/months\"\n"
     )
