@@ -20,6 +20,7 @@ use super::queue::{Queue, Waiters};
 use super::request::{AttemptHeader, Classifier, Cost, TierFrom};
 use super::response::{HeaderMode, Rejection};
 use super::service::RateLimit;
+use super::settle::SettleFn;
 use super::source::PolicySource;
 pub(crate) use super::stats::Counters;
 pub use super::stats::LayerStats;
@@ -62,6 +63,8 @@ pub(crate) struct Shared {
     pub(crate) counters: Counters,
     /// The exemptions, asked before anything else (see `exempt.rs`); `None` if there are none.
     pub(crate) exempt: Option<Exemptions>,
+    /// The settle function, asked about each allowed response (see `settle.rs`).
+    pub(crate) settle: Option<SettleFn>,
 }
 
 /// A tower [`Layer`] that rate-limits `http` services: it reads a key from each request,
@@ -249,6 +252,8 @@ pub struct RateLimitLayerBuilder {
     success: Option<Arc<SuccessRate>>,
     /// The exemptions (their builder methods are in `exempt.rs`).
     pub(super) exempt: Rules,
+    /// The settle function (its builder method is in `settle.rs`).
+    pub(super) settle: Option<SettleFn>,
 }
 
 impl RateLimitLayerBuilder {
@@ -441,9 +446,8 @@ impl RateLimitLayerBuilder {
             Some(_) => self.lean_key,
         };
         // The lean path decides before the key is extracted; concurrency limits need the key.
-        let lean = self
-            .concurrency
-            .is_empty()
+        // A settled response needs the key and the subject after the response: not lean.
+        let lean = (self.concurrency.is_empty() && self.settle.is_none())
             .then(|| {
                 Lean::new(
                     lean_key,
@@ -474,6 +478,7 @@ impl RateLimitLayerBuilder {
             policy_cache: Default::default(),
             counters: Counters::default(),
             exempt: self.exempt.build(),
+            settle: self.settle,
         };
         Ok(RateLimitLayer {
             shared: Arc::new(shared),

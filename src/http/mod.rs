@@ -63,6 +63,7 @@ mod reject;
 mod request;
 mod response;
 mod service;
+mod settle;
 #[cfg(feature = "redis")]
 mod shared;
 mod source;
@@ -79,4 +80,5 @@ pub use queue::{Queue, Sleep};
 pub use request::{AttemptHeader, Cost};
 pub use response::{HeaderMode, PassedThrough, RateLimitBody, RejectReason, Rejection};
 pub use service::{RateLimit, ResponseFuture};
+pub use settle::Settle;
 pub use source::{Checked, Judgement, JudgementFuture, PolicySource, SourceError, Subject};

@@ -25,6 +25,7 @@ use super::layer::{Counters, LayerStats, Shared};
 use super::lean::{Decided, Lean};
 use super::reject::{prepare, reject, rejected};
 use super::response::{Fields, HeaderMode, PassedThrough};
+use super::settle::Pending;
 use super::source::Subject;
 use crate::engine::verdict::{Allowed, Verdict};
 use crate::safety::slo::SuccessRate;
@@ -169,6 +170,8 @@ struct Extra {
     slo: Option<(Arc<SuccessRate>, String)>,
     /// The concurrency permits, handed to the response body.
     held: Option<Box<Held>>,
+    /// The charge to settle once the response is known (a layer with a settle function).
+    settle: Option<Pending>,
 }
 
 impl Extra {
@@ -179,13 +182,18 @@ impl Extra {
         let empty = self.fields.is_empty()
             && self.passed.is_none()
             && self.slo.is_none()
-            && self.held.is_none();
+            && self.held.is_none()
+            && self.settle.is_none();
         (!empty).then(|| Box::new(self))
     }
 
     /// Adds the fields, the mark and the success-rate feed; the permits are what is left
     /// for the body to hold.
     fn apply<RB>(self, res: &mut Response<RB>) -> Option<Box<Held>> {
+        // Before the fields: the settle function sees the inner service's own headers.
+        if let Some(pending) = self.settle {
+            pending.settle(res.status(), res.headers());
+        }
         self.fields.insert_into(res.headers_mut());
         if let Some(p) = self.passed {
             res.extensions_mut().insert(p);
@@ -288,7 +296,17 @@ where
                             outcome = wait(&shared, &subject, check, outcome).await;
                         }
                         let req = Request::from_parts(parts, body);
-                        finish(&shared, inner, req, subject, outcome, grpc, Some(held)).await
+                        finish(
+                            &shared,
+                            inner,
+                            req,
+                            subject,
+                            outcome,
+                            check.units(),
+                            grpc,
+                            Some(held),
+                        )
+                        .await
                     }));
                 }
                 Err(rejection) => {
@@ -327,6 +345,7 @@ where
                     Outcome::Allowed { figures, passed } => {
                         let mut extra = allowed(&shared, &figures, passed, subject.tier());
                         extra.held = held;
+                        extra.settle = pending(&shared, &extra, subject, check.units());
                         let fut = self.inner.call(Request::from_parts(parts, body));
                         ResponseFuture::inner(fut, extra.boxed())
                     }
@@ -338,7 +357,17 @@ where
             return ResponseFuture::boxed(Box::pin(async move {
                 let outcome = wait(&shared, &subject, check, outcome).await;
                 let req = Request::from_parts(parts, body);
-                finish(&shared, inner, req, subject, outcome, grpc, held).await
+                finish(
+                    &shared,
+                    inner,
+                    req,
+                    subject,
+                    outcome,
+                    check.units(),
+                    grpc,
+                    held,
+                )
+                .await
             }));
         }
         let inner = self.take_inner();
@@ -348,7 +377,17 @@ where
                 outcome = wait(&shared, &subject, check, outcome).await;
             }
             let req = Request::from_parts(parts, body);
-            finish(&shared, inner, req, subject, outcome, grpc, held).await
+            finish(
+                &shared,
+                inner,
+                req,
+                subject,
+                outcome,
+                check.units(),
+                grpc,
+                held,
+            )
+            .await
         }))
     }
 }
@@ -363,11 +402,12 @@ impl<S: Clone, M> RateLimit<S, M> {
 
 /// The boxed path's end: the inner service for an allowed request, the rejection otherwise.
 async fn finish<S, B, RB>(
-    shared: &Shared,
+    shared: &Arc<Shared>,
     mut inner: S,
     req: Request<B>,
     subject: Subject,
     outcome: Outcome,
+    units: u64,
     grpc: bool,
     held: Option<Box<Held>>,
 ) -> Result<Answer<RB>, S::Error>
@@ -378,6 +418,7 @@ where
         Outcome::Allowed { figures, passed } => {
             let mut extra = allowed(shared, &figures, passed, subject.tier());
             extra.held = held;
+            extra.settle = pending(shared, &extra, subject, units);
             let mut res = inner.call(req).await?;
             let held = extra.apply(&mut res);
             Ok(Ok((res, held)))
@@ -396,8 +437,19 @@ fn lean_extra(shared: &Shared, lean: &Lean, a: &Allowed) -> Option<Box<Extra>> {
         passed: None,
         slo,
         held: None,
+        settle: None,
     }
     .boxed()
+}
+
+/// The charge to settle after the response, if the layer settles and the request was
+/// enforced (a pass-through charged nothing that counts).
+fn pending(shared: &Arc<Shared>, extra: &Extra, subject: Subject, units: u64) -> Option<Pending> {
+    (shared.settle.is_some() && extra.passed.is_none()).then(|| Pending {
+        shared: Arc::clone(shared),
+        subject,
+        units,
+    })
 }
 
 /// Counts an allowed request and prepares what its response gets.
@@ -425,6 +477,7 @@ fn allowed(shared: &Shared, figures: &Figs, passed: Option<PassedThrough>, tier:
         passed,
         slo,
         held: None,
+        settle: None,
     }
 }
 

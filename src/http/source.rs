@@ -302,6 +302,18 @@ pub trait PolicySource: Send + Sync + 'static {
         let _ = (subject, cost);
         Box::pin(core::future::ready(false))
     }
+
+    /// Charges `subject` `cost` more after the fact (a cost its response reported), whatever
+    /// room is left: into debt, up to the limiter's `max_debt`. `true` if it did (a charge
+    /// the debt cap cut short still did). The default charges nothing.
+    fn charge<'a>(
+        &'a self,
+        subject: &'a Subject,
+        cost: u64,
+    ) -> Pin<Box<dyn Future<Output = bool> + Send + 'a>> {
+        let _ = (subject, cost);
+        Box::pin(core::future::ready(false))
+    }
 }
 
 impl PolicySource for RateLimiter {
@@ -315,6 +327,15 @@ impl PolicySource for RateLimiter {
         cost: u64,
     ) -> Pin<Box<dyn Future<Output = bool> + Send + 'a>> {
         RateLimiter::refund(self, cost);
+        Box::pin(core::future::ready(true))
+    }
+
+    fn charge<'a>(
+        &'a self,
+        _: &'a Subject,
+        cost: u64,
+    ) -> Pin<Box<dyn Future<Output = bool> + Send + 'a>> {
+        let _ = RateLimiter::charge(self, cost);
         Box::pin(core::future::ready(true))
     }
 
@@ -343,6 +364,16 @@ impl PolicySource for KeyedRateLimiter<String> {
     ) -> Pin<Box<dyn Future<Output = bool> + Send + 'a>> {
         self.refund_key(subject.key(), cost);
         Box::pin(core::future::ready(true))
+    }
+
+    /// A key that is not tracked is not charged (`false`).
+    fn charge<'a>(
+        &'a self,
+        subject: &'a Subject,
+        cost: u64,
+    ) -> Pin<Box<dyn Future<Output = bool> + Send + 'a>> {
+        let c = self.charge_key(subject.key(), cost);
+        Box::pin(core::future::ready(c.unpaid() < cost))
     }
 
     fn reads_route(&self) -> bool {
@@ -380,6 +411,22 @@ impl PolicySource for LimitsHandle {
             if let Some(l) = self.limiter(policy.name()) {
                 l.refund_key(s.key(), cost);
                 any = true;
+            }
+        }
+        Box::pin(core::future::ready(any))
+    }
+
+    /// Charges the key in the limiter of every policy the subject resolves to now.
+    fn charge<'a>(
+        &'a self,
+        s: &'a Subject,
+        cost: u64,
+    ) -> Pin<Box<dyn Future<Output = bool> + Send + 'a>> {
+        let limits = self.limits();
+        let mut any = false;
+        for policy in limits.resolve_all(s.tier(), s.category(), s.route()) {
+            if let Some(l) = self.limiter(policy.name()) {
+                any |= l.charge_key(s.key(), cost).unpaid() < cost;
             }
         }
         Box::pin(core::future::ready(any))
@@ -428,5 +475,13 @@ impl<T: PolicySource + ?Sized> PolicySource for Arc<T> {
         cost: u64,
     ) -> Pin<Box<dyn Future<Output = bool> + Send + 'a>> {
         (**self).refund(subject, cost)
+    }
+
+    fn charge<'a>(
+        &'a self,
+        subject: &'a Subject,
+        cost: u64,
+    ) -> Pin<Box<dyn Future<Output = bool> + Send + 'a>> {
+        (**self).charge(subject, cost)
     }
 }

@@ -50,6 +50,20 @@ pub struct LayerStats {
     /// `exempt_ips`): the panic was contained and the rule did not exempt the request,
     /// which was then judged as usual.
     pub exempt_panics: u64,
+    /// Allowed requests whose charge a [`settle`](super::RateLimitLayerBuilder::settle)
+    /// function gave back, whole or in part, after their response.
+    pub settle_refunds: u64,
+    /// Allowed requests a settle function charged more after their response.
+    pub settle_charges: u64,
+    /// Settle functions (or a limit's refund or charge) that panicked: contained, the
+    /// charge stands.
+    pub settle_panics: u64,
+    /// Responses whose cost could not be read ([`Settle::Unreadable`](super::Settle::Unreadable):
+    /// a negative, non-numeric or huge header value): ignored, the charge stands.
+    pub settle_unreadable: u64,
+    /// Settlements a limit could not apply (a source without refunds or charges, or an async
+    /// one not done on its first poll): never retried, so never applied twice.
+    pub settle_lost: u64,
 }
 
 #[derive(Default)]
@@ -67,6 +81,11 @@ pub(crate) struct Counters {
     pub(crate) saturated: AtomicU64,
     pub(crate) exempt: AtomicU64,
     pub(crate) exempt_panics: AtomicU64,
+    pub(crate) settle_refunds: AtomicU64,
+    pub(crate) settle_charges: AtomicU64,
+    pub(crate) settle_panics: AtomicU64,
+    pub(crate) settle_unreadable: AtomicU64,
+    pub(crate) settle_lost: AtomicU64,
     /// Whether the warning for a request without a peer address was given (once a layer).
     pub(crate) warned_no_peer: AtomicBool,
 }
@@ -93,6 +112,11 @@ impl Counters {
             saturated: r(&self.saturated),
             exempt: r(&self.exempt),
             exempt_panics: r(&self.exempt_panics),
+            settle_refunds: r(&self.settle_refunds),
+            settle_charges: r(&self.settle_charges),
+            settle_panics: r(&self.settle_panics),
+            settle_unreadable: r(&self.settle_unreadable),
+            settle_lost: r(&self.settle_lost),
         }
     }
 
