@@ -30,7 +30,7 @@ OUT=$(mktemp -d)
 if [ "$#" -gt 0 ]; then
   VARIANTS=("$@")
 else
-  VARIANTS=(bare noop tollgate-fields tollgate-off tollgate-own-fields tollgate-own-off governor-keyed governor-headers)
+  VARIANTS=(bare noop tollgate-fields tollgate-off tollgate-settle tollgate-own-fields tollgate-own-off governor-keyed governor-headers)
 fi
 
 ir() { # variant n -> total Ir collected inside `measured`
@@ -61,4 +61,5 @@ ratio "overhead, tollgate-fields / governor-headers" tollgate-fields governor-he
 ratio "overhead, tollgate-off / governor-keyed" tollgate-off governor-keyed
 ratio "overhead, tollgate-own-fields / governor-headers" tollgate-own-fields governor-headers
 ratio "overhead, tollgate-own-off / governor-keyed" tollgate-own-off governor-keyed
+ratio "overhead, tollgate-settle / tollgate-fields (a settle callback vs none)" tollgate-settle tollgate-fields
 [ -z "${KEEP:-}" ] || echo "profiles kept in $OUT"

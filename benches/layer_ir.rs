@@ -21,6 +21,9 @@
 //!   `KeyedRateLimiter<String>`, as the README's gateway section builds it (IETF
 //!   `RateLimit-Policy` and `RateLimit` fields on allowed responses: the default);
 //! * `tollgate-off`: the same with `HeaderMode::Off`;
+//! * `tollgate-settle`: `tollgate-fields` with `settle(Settle::refund_on_success())`: every
+//!   response is asked about and every charge given back (the settle path taken in full;
+//!   a layer that settles never takes the lean path);
 //! * `tollgate-own-fields`, `tollgate-own-off`: the same two with `own_body()` (responses keep
 //!   axum's own `Body`);
 //! * `governor-keyed`: tower_governor 0.8's `GovernorLayer` keyed by `x-api-key` (a
@@ -48,7 +51,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use axum::routing::get;
 use axum::Router;
-use tollgate::http::{HeaderKey, HeaderMode, RateLimitLayer};
+use tollgate::http::{HeaderKey, HeaderMode, RateLimitLayer, RateLimitLayerBuilder, Settle};
 use tollgate::KeyedRateLimiter;
 use tower::{Service, ServiceExt};
 use tower_governor::governor::GovernorConfigBuilder;
@@ -61,6 +64,7 @@ const VARIANTS: &[&str] = &[
     "noop",
     "tollgate-fields",
     "tollgate-off",
+    "tollgate-settle",
     "tollgate-own-fields",
     "tollgate-own-off",
     "governor-keyed",
@@ -75,7 +79,7 @@ const GOVERNOR_BURST: u32 = 1_000_000;
 
 fn app(variant: &str) -> Option<Router> {
     let router = Router::new().route("/v1/search", get(|| async { "ok" }));
-    let tollgate = |mode: HeaderMode| {
+    let builder = |mode: HeaderMode| -> RateLimitLayerBuilder {
         RateLimitLayer::builder()
             .key(HeaderKey::new(X_API_KEY))
             .headers(mode)
@@ -83,9 +87,8 @@ fn app(variant: &str) -> Option<Router> {
                 "per-key",
                 KeyedRateLimiter::<String>::new(TOLLGATE_QUOTA.parse().expect("quota")),
             )
-            .build()
-            .expect("layer")
     };
+    let tollgate = |mode: HeaderMode| builder(mode).build().expect("layer");
     let governor = || {
         let mut builder = GovernorConfigBuilder::default().key_extractor(ApiKey);
         builder
@@ -98,6 +101,12 @@ fn app(variant: &str) -> Option<Router> {
         "noop" => router.layer(tower::util::MapRequestLayer::new(|r: Request<Body>| r)),
         "tollgate-fields" => router.layer(tollgate(HeaderMode::Ietf)),
         "tollgate-off" => router.layer(tollgate(HeaderMode::Off)),
+        "tollgate-settle" => router.layer(
+            builder(HeaderMode::Ietf)
+                .settle(Settle::refund_on_success())
+                .build()
+                .expect("layer"),
+        ),
         "tollgate-own-fields" => router.layer(tollgate(HeaderMode::Ietf).own_body()),
         "tollgate-own-off" => router.layer(tollgate(HeaderMode::Off).own_body()),
         "governor-keyed" => router.layer(GovernorLayer::new(governor().finish().expect("config"))),

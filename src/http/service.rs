@@ -300,9 +300,7 @@ where
                             &shared,
                             inner,
                             req,
-                            subject,
-                            outcome,
-                            check.units(),
+                            (subject, outcome, check.units()),
                             grpc,
                             Some(held),
                         )
@@ -345,7 +343,8 @@ where
                     Outcome::Allowed { figures, passed } => {
                         let mut extra = allowed(&shared, &figures, passed, subject.tier());
                         extra.held = held;
-                        extra.settle = pending(&shared, &extra, subject, check.units());
+                        extra.settle =
+                            Pending::of(&shared, extra.passed.is_none(), subject, check.units());
                         let fut = self.inner.call(Request::from_parts(parts, body));
                         ResponseFuture::inner(fut, extra.boxed())
                     }
@@ -361,9 +360,7 @@ where
                     &shared,
                     inner,
                     req,
-                    subject,
-                    outcome,
-                    check.units(),
+                    (subject, outcome, check.units()),
                     grpc,
                     held,
                 )
@@ -381,9 +378,7 @@ where
                 &shared,
                 inner,
                 req,
-                subject,
-                outcome,
-                check.units(),
+                (subject, outcome, check.units()),
                 grpc,
                 held,
             )
@@ -405,9 +400,8 @@ async fn finish<S, B, RB>(
     shared: &Arc<Shared>,
     mut inner: S,
     req: Request<B>,
-    subject: Subject,
-    outcome: Outcome,
-    units: u64,
+    // The judged request: its subject, the outcome, the units its check charged.
+    (subject, outcome, units): (Subject, Outcome, u64),
     grpc: bool,
     held: Option<Box<Held>>,
 ) -> Result<Answer<RB>, S::Error>
@@ -418,7 +412,7 @@ where
         Outcome::Allowed { figures, passed } => {
             let mut extra = allowed(shared, &figures, passed, subject.tier());
             extra.held = held;
-            extra.settle = pending(shared, &extra, subject, units);
+            extra.settle = Pending::of(shared, extra.passed.is_none(), subject, units);
             let mut res = inner.call(req).await?;
             let held = extra.apply(&mut res);
             Ok(Ok((res, held)))
@@ -440,16 +434,6 @@ fn lean_extra(shared: &Shared, lean: &Lean, a: &Allowed) -> Option<Box<Extra>> {
         settle: None,
     }
     .boxed()
-}
-
-/// The charge to settle after the response, if the layer settles and the request was
-/// enforced (a pass-through charged nothing that counts).
-fn pending(shared: &Arc<Shared>, extra: &Extra, subject: Subject, units: u64) -> Option<Pending> {
-    (shared.settle.is_some() && extra.passed.is_none()).then(|| Pending {
-        shared: Arc::clone(shared),
-        subject,
-        units,
-    })
 }
 
 /// Counts an allowed request and prepares what its response gets.

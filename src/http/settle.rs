@@ -161,6 +161,21 @@ pub(crate) struct Pending {
 }
 
 impl Pending {
+    /// The charge to settle after the response, if the layer settles and the request was
+    /// `enforced` (a pass-through charged nothing that counts).
+    pub(crate) fn of(
+        shared: &Arc<Shared>,
+        enforced: bool,
+        subject: Subject,
+        units: u64,
+    ) -> Option<Self> {
+        (shared.settle.is_some() && enforced).then(|| Self {
+            shared: Arc::clone(shared),
+            subject,
+            units,
+        })
+    }
+
     /// Asks the settle function about the response and applies its answer to every limit.
     pub(crate) fn settle(self, status: StatusCode, headers: &HeaderMap) {
         let Some(f) = &self.shared.settle else {
