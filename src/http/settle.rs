@@ -190,7 +190,7 @@ impl Pending {
             }
         };
         let (refund, n) = match answer {
-            Settle::Keep | Settle::Refund(0) | Settle::Charge(0) => return,
+            Settle::Keep => return,
             Settle::Unreadable => {
                 Counters::bump(&counters.settle_unreadable);
                 return;

@@ -405,14 +405,10 @@ impl PolicySource for LimitsHandle {
         s: &'a Subject,
         cost: u64,
     ) -> Pin<Box<dyn Future<Output = bool> + Send + 'a>> {
-        let limits = self.limits();
-        let mut any = false;
-        for policy in limits.resolve_all(s.tier(), s.category(), s.route()) {
-            if let Some(l) = self.limiter(policy.name()) {
-                l.refund_key(s.key(), cost);
-                any = true;
-            }
-        }
+        let any = each_limiter(self, s, |l| {
+            l.refund_key(s.key(), cost);
+            true
+        });
         Box::pin(core::future::ready(any))
     }
 
@@ -422,13 +418,7 @@ impl PolicySource for LimitsHandle {
         s: &'a Subject,
         cost: u64,
     ) -> Pin<Box<dyn Future<Output = bool> + Send + 'a>> {
-        let limits = self.limits();
-        let mut any = false;
-        for policy in limits.resolve_all(s.tier(), s.category(), s.route()) {
-            if let Some(l) = self.limiter(policy.name()) {
-                any |= l.charge_key(s.key(), cost).unpaid() < cost;
-            }
-        }
+        let any = each_limiter(self, s, |l| l.charge_key(s.key(), cost).unpaid() < cost);
         Box::pin(core::future::ready(any))
     }
 
@@ -446,6 +436,23 @@ impl PolicySource for LimitsHandle {
             }),
         })
     }
+}
+
+/// Runs `f` on the limiter of every policy `s` resolves to now; `true` if any `f` said so.
+#[cfg(feature = "config")]
+fn each_limiter(
+    h: &LimitsHandle,
+    s: &Subject,
+    mut f: impl FnMut(&KeyedRateLimiter<String>) -> bool,
+) -> bool {
+    let limits = h.limits();
+    let mut any = false;
+    for policy in limits.resolve_all(s.tier(), s.category(), s.route()) {
+        if let Some(l) = h.limiter(policy.name()) {
+            any |= f(&l);
+        }
+    }
+    any
 }
 
 impl<T: PolicySource + ?Sized> PolicySource for Arc<T> {
