@@ -95,17 +95,47 @@ impl PolicySource for SharedRateLimiter {
         Some(Self::MAX_KEY_BYTES)
     }
 
+    /// Sent to Redis from a task of its own (the layer does not wait for it): `true` once
+    /// handed to the runtime. What came of it is counted in the limiter's
+    /// [`stats`](SharedRateLimiter::stats) (`refunds`, `settles_lost`, `settles_repeated`).
     fn refund<'a>(
         &'a self,
         subject: &'a Subject,
         cost: u64,
     ) -> Pin<Box<dyn Future<Output = bool> + Send + 'a>> {
-        let _ = (subject, cost);
-        Box::pin(core::future::ready(false))
+        Box::pin(core::future::ready(self.spawn_settle(subject, cost, false)))
+    }
+
+    /// As [`refund`](Self::refund): from a task of its own, counted in `charges`.
+    fn charge<'a>(
+        &'a self,
+        subject: &'a Subject,
+        cost: u64,
+    ) -> Pin<Box<dyn Future<Output = bool> + Send + 'a>> {
+        Box::pin(core::future::ready(self.spawn_settle(subject, cost, true)))
     }
 }
 
 impl SharedRateLimiter {
+    /// Refunds (or charges) `subject` from a task on the current runtime, so that the
+    /// response need not wait for Redis; `false` outside a runtime.
+    fn spawn_settle(&self, subject: &Subject, cost: u64, charge: bool) -> bool {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return false;
+        };
+        let (lim, key) = (self.clone(), subject.key().to_owned());
+        rt.spawn(async move {
+            // Counted in the limiter's stats whatever comes of it; a key too long was refused
+            // by the check already.
+            let _ = if charge {
+                lim.charge_key(&key, cost).await
+            } else {
+                lim.refund_key(&key, cost).await
+            };
+        });
+        true
+    }
+
     fn judgement(
         &self,
         v: Result<crate::engine::verdict::Verdict, BackendError>,

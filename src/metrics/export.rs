@@ -161,6 +161,10 @@ pub(super) fn describe() {
             REDIS_LEASE_CELLS,
             "Leased cells by event: leased (reserved), lapsed (unspent by their TAT, or ended by a quota change)"
         );
+        describe_counter!(
+            REDIS_SETTLES,
+            "Refunds, charges and resets by result: refund, charge, reset (applied), repeated (applied once already), lost (never reached Redis)"
+        );
     }
     describe_counter!(
         CHECKS,

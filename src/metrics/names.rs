@@ -44,6 +44,8 @@ pub(crate) const REDIS_BREAKER_OPENED: &str = "tollgate_redis_breaker_opened_tot
 pub(crate) const REDIS_LEASES: &str = "tollgate_redis_leases_total";
 #[cfg(feature = "redis")]
 pub(crate) const REDIS_LEASE_CELLS: &str = "tollgate_redis_lease_cells_total";
+#[cfg(feature = "redis")]
+pub(crate) const REDIS_SETTLES: &str = "tollgate_redis_settles_total";
 
 /// Every check series: `(outcome, reason, counter index)`. The reasons are
 /// [`DenyReason`](crate::DenyReason)'s and [`PassReason`](crate::PassReason)'s, in snake case.

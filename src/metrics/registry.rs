@@ -439,7 +439,7 @@ impl Entry {
 fn shared(name: &str, lim: &SharedRateLimiter) {
     use names::{
         REDIS_BREAKER_OPEN, REDIS_BREAKER_OPENED, REDIS_CALLS, REDIS_CHECKS, REDIS_LEASES,
-        REDIS_LEASE_CELLS,
+        REDIS_LEASE_CELLS, REDIS_SETTLES,
     };
     let s = lim.stats();
     for (outcome, v) in [
@@ -479,6 +479,15 @@ fn shared(name: &str, lim: &SharedRateLimiter) {
     counter(REDIS_LEASES, labels(name, []), s.leases_taken);
     for (event, v) in [("leased", s.cells_leased), ("lapsed", s.cells_lapsed)] {
         counter(REDIS_LEASE_CELLS, labels(name, [("event", event)]), v);
+    }
+    for (result, v) in [
+        ("refund", s.refunds),
+        ("charge", s.charges),
+        ("reset", s.resets),
+        ("repeated", s.settles_repeated),
+        ("lost", s.settles_lost),
+    ] {
+        counter(REDIS_SETTLES, labels(name, [("result", result)]), v);
     }
     safety(name, lim.detector(), None);
 }

@@ -68,6 +68,8 @@ pub struct SharedRateLimiterBuilder {
     tls: TlsConfig,
     pub(super) lease: Option<u32>,
     pub(super) lease_time: Duration,
+    /// The debt cap (its builder method is in `settle.rs`).
+    pub(super) max_debt: Duration,
 }
 
 impl fmt::Debug for SharedRateLimiterBuilder {
@@ -107,6 +109,7 @@ impl SharedRateLimiterBuilder {
             tls: TlsConfig::default(),
             lease: None,
             lease_time: Duration::from_secs(1),
+            max_debt: Duration::ZERO,
         }
     }
 
@@ -317,6 +320,7 @@ impl SharedRateLimiterBuilder {
                     KeyedRateLimiter::builder(local_quota(quota, self.share))
                         .clock(local_clock.clone())
                         .max_keys(self.local_max_keys)
+                        .max_debt(self.max_debt)
                         .build()
                 }),
             })
@@ -354,6 +358,7 @@ impl SharedRateLimiterBuilder {
                 local_clock,
                 deadline: self.deadline,
                 min_ttl_ms,
+                debt_us: super::settle::debt_us(self.max_debt),
                 retry_closed: self.breaker.first_cool_down(),
                 breakers: Breakers::new(self.breaker),
                 failure: self.failure,

@@ -97,6 +97,13 @@ impl DenyCache {
         slots[i] = Some(Entry { tat, tau, expires });
     }
 
+    /// Forgets `key` (this instance refunded, charged or reset it).
+    pub(crate) fn forget(&self, key: &[u8]) {
+        if self.capacity > 0 {
+            self.map.lock().remove(key);
+        }
+    }
+
     /// Forgets everything (a quota changed).
     pub(crate) fn clear(&self) {
         self.map.lock().clear();

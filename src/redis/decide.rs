@@ -97,6 +97,8 @@ impl SharedRateLimiter {
             limits: &args,
             lease: ask.map(|a| (a.cells, a.after)),
             horizon: inner.leases.as_ref().map_or(0, |l| l.horizon),
+            debt: inner.debt_us,
+            op: None,
         };
         let guard = Guard {
             backend: &inner.backend,
@@ -167,6 +169,9 @@ impl SharedRateLimiter {
                 corrupt,
                 ..
             } => (conforms, aheads, corrupt),
+            // A settle's reply to a check (the script never gives one): denied, not let
+            // through unjudged.
+            Reply::Settled { .. } | Reply::Duplicate => return deny_us(0, DenyReason::Quota),
         };
         if let (Some(ask), Some(leases)) = (ask, &inner.leases) {
             leases.refused(key, ask);

@@ -113,6 +113,8 @@ pub(crate) struct Inner {
     pub(crate) deadline: Duration,
     /// The least PX TTL (ms): 0 on server time, a floor with a client clock.
     pub(crate) min_ttl_ms: u64,
+    /// The debt cap, µs (at most 2^50): see `settle.rs`.
+    pub(crate) debt_us: u64,
     pub(crate) retry_closed: Duration,
     /// One per slot range in cluster mode; one server uses the first.
     pub(crate) breakers: Breakers,

@@ -18,6 +18,7 @@ pub(crate) mod limit;
 pub(crate) mod limiter;
 pub(crate) mod renew;
 pub(crate) mod script;
+pub(crate) mod settle;
 pub(crate) mod stats;
 pub(crate) mod tls;
 
@@ -29,4 +30,5 @@ pub use concurrency::{
 };
 pub use error::BackendError;
 pub use limiter::SharedRateLimiter;
+pub use settle::Settled;
 pub use stats::SharedStats;

@@ -31,6 +31,32 @@ pub(crate) struct Call<'a> {
     /// The lease horizon (µs) of a limiter with leases, else 0: what the script lets a TAT
     /// run ahead of `now + τ`.
     pub(crate) horizon: u64,
+    /// The debt cap (µs): how far past `now + τ` a charge may push a TAT.
+    pub(crate) debt: u64,
+    /// A settle instead of a check; `keys` then ends with the call's token for a refund or a
+    /// charge (see `gcra.lua`).
+    pub(crate) op: Option<Op>,
+}
+
+/// What a settle call does to each cell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Op {
+    /// Take the weight off, never past full.
+    Refund,
+    /// Add the weight whatever the room, up to the debt cap.
+    Charge,
+    /// Delete the cells.
+    Reset,
+}
+
+impl Call<'_> {
+    /// How many of the keys are cells (the others are a settle's token).
+    fn cells(&self) -> usize {
+        match self.op {
+            Some(Op::Refund | Op::Charge) => self.keys.len().saturating_sub(1),
+            _ => self.keys.len(),
+        }
+    }
 }
 
 /// What the script answered.
@@ -51,6 +77,16 @@ pub(crate) enum Reply {
         tat0: u64,
         corrupt: u64,
     },
+    /// A settle applied at `now` µs (code 5): per cell `ahead_i = max(tat'_i, now) − now` and
+    /// the weight taken off or added.
+    Settled {
+        now: u64,
+        aheads: Vec<u64>,
+        moved: Vec<u64>,
+        corrupt: u64,
+    },
+    /// A settle whose token was already set: this call had been applied (code 6).
+    Duplicate,
     /// The clock reading was out of range (code 2).
     ClockOutOfRange,
 }
@@ -89,7 +125,7 @@ impl GcraScript {
             }
             other => other?,
         };
-        Ok(parse(&raw, call.keys.len()))
+        Ok(parse(&raw, call.cells()))
     }
 }
 
@@ -123,13 +159,20 @@ fn command(name: &str, script: &str, call: &Call<'_>) -> redis::Cmd {
         None => cmd.arg(""),
     };
     let charge = if call.charge { "1" } else { "0" };
-    match (call.lease, call.horizon) {
-        (Some((cells, None)), h) => cmd.arg(format!("L:{cells}:{h}")),
-        (Some((cells, Some(after))), h) => cmd.arg(format!("L:{cells}:{h}:{after}")),
-        (None, 0) => cmd.arg(charge),
-        (None, h) => cmd.arg(format!("{charge}:{h}")),
+    let h = call.horizon;
+    match (call.op, call.lease, h) {
+        (Some(Op::Refund), ..) => cmd.arg(format!("R:{h}")),
+        (Some(Op::Charge), ..) => cmd.arg(format!("C:{h}")),
+        (Some(Op::Reset), ..) => cmd.arg(format!("X:{h}")),
+        (None, Some((cells, None)), h) => cmd.arg(format!("L:{cells}:{h}")),
+        (None, Some((cells, Some(after))), h) => cmd.arg(format!("L:{cells}:{h}:{after}")),
+        (None, None, 0) => cmd.arg(charge),
+        (None, None, h) => cmd.arg(format!("{charge}:{h}")),
     };
-    cmd.arg(call.min_ttl_ms);
+    match call.debt {
+        0 => cmd.arg(call.min_ttl_ms),
+        d => cmd.arg(format!("{}:{d}", call.min_ttl_ms)),
+    };
     for &(w, tau) in call.limits {
         cmd.arg(w).arg(tau);
     }
@@ -160,6 +203,20 @@ fn parse(raw: &[i64], n: usize) -> Result<Reply, String> {
                 corrupt: unsigned(rest[n])?,
             })
         }
+        [5, now, rest @ ..] if rest.len() == 2 * n + 1 => {
+            let all = rest[..2 * n]
+                .iter()
+                .map(|&a| unsigned(a))
+                .collect::<Result<Vec<_>, _>>()?;
+            let (aheads, moved) = all.split_at(n);
+            Ok(Reply::Settled {
+                now: unsigned(*now)?,
+                aheads: aheads.to_vec(),
+                moved: moved.to_vec(),
+                corrupt: unsigned(rest[2 * n])?,
+            })
+        }
+        [6, _] => Ok(Reply::Duplicate),
         [3, ..] => Err("the script refused its arguments".to_owned()),
         other => Err(format!("{} values for {n} keys", other.len())),
     }
@@ -196,5 +253,20 @@ mod tests {
         );
         assert!(parse(&[4, 5, 0, 9, 0], 1).is_err(), "an empty lease");
         assert!(parse(&[4, 5, 20, 9, 0], 2).is_err(), "a lease of two keys");
+        assert_eq!(
+            parse(&[5, 5, 7, 8, 3, 0, 1], 2),
+            Ok(Reply::Settled {
+                now: 5,
+                aheads: vec![7, 8],
+                moved: vec![3, 0],
+                corrupt: 1
+            })
+        );
+        assert!(
+            parse(&[5, 5, 7, 8, 3, 0], 2).is_err(),
+            "a settle reply cut short"
+        );
+        assert!(parse(&[5, 5, 7, -8, 3, 0, 0], 2).is_err(), "negative");
+        assert_eq!(parse(&[6, 5], 1), Ok(Reply::Duplicate));
     }
 }

@@ -77,6 +77,18 @@ pub struct SharedStats {
     /// Leased cells that lapsed unspent: no check came before their TAT, a quota change ended
     /// the lease, or the customer's slot was reused for another.
     pub cells_lapsed: u64,
+    /// Refunds Redis applied ([`refund_key`](crate::redis::SharedRateLimiter::refund_key)).
+    pub refunds: u64,
+    /// Charges Redis applied ([`charge_key`](crate::redis::SharedRateLimiter::charge_key)).
+    pub charges: u64,
+    /// Resets Redis applied ([`reset_key`](crate::redis::SharedRateLimiter::reset_key)).
+    pub resets: u64,
+    /// Refunds, charges and resets that did not reach Redis (the breaker open, the deadline,
+    /// a fault): not applied there, and never sent again.
+    pub settles_lost: u64,
+    /// Refunds and charges Redis had applied already: the same call sent twice (a client's
+    /// retry after a dropped connection), applied once.
+    pub settles_repeated: u64,
 }
 
 impl SharedStats {
@@ -126,6 +138,11 @@ pub(crate) struct Counters {
     pub(crate) leases_taken: AtomicU64,
     pub(crate) cells_leased: AtomicU64,
     pub(crate) cells_lapsed: AtomicU64,
+    pub(crate) refunds: AtomicU64,
+    pub(crate) charges: AtomicU64,
+    pub(crate) resets: AtomicU64,
+    pub(crate) settles_lost: AtomicU64,
+    pub(crate) settles_repeated: AtomicU64,
 }
 
 /// Adds `n` to a counter.
@@ -161,6 +178,11 @@ impl Counters {
             leases_taken: r(&self.leases_taken),
             cells_leased: r(&self.cells_leased),
             cells_lapsed: r(&self.cells_lapsed),
+            refunds: r(&self.refunds),
+            charges: r(&self.charges),
+            resets: r(&self.resets),
+            settles_lost: r(&self.settles_lost),
+            settles_repeated: r(&self.settles_repeated),
         }
     }
 }

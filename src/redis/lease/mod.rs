@@ -271,6 +271,18 @@ impl Leases {
         }
     }
 
+    /// Drops this instance's leases of `key` and ends its run (a refund or a reset lowers the
+    /// customer's TAT, so the run's cells no longer sit in one rising stretch): the unspent
+    /// cells, which lapse (charged in Redis, never admitted).
+    pub(crate) fn forget(&self, key: &[u8]) -> u64 {
+        let mut set = self.set(key).lock();
+        let Some(slot) = set.iter_mut().flatten().find(|s| &*s.key == key) else {
+            return 0;
+        };
+        slot.run.after = None;
+        slot.leases.drain(..).map(|l| l.left()).sum()
+    }
+
     /// Stores a lease granted for `key` in answer to `ask`, and spends its first cell if it
     /// conformed at the script's `now` — decided there, as a plain check is, so the round trip
     /// cannot make it lapse. Leases queue in the order of their cells (Redis serialises the
