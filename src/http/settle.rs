@@ -14,9 +14,11 @@ use std::sync::Arc;
 use http::header::HeaderName;
 use http::{HeaderMap, StatusCode};
 
+use super::inflight::Held;
 use super::layer::{RateLimitLayerBuilder, Shared};
 use super::source::Subject;
 use super::stats::Counters;
+use super::trailers;
 
 /// What to do with a request's charge once its response is known: the answer of a
 /// [`settle`](super::RateLimitLayerBuilder::settle) function.
@@ -42,6 +44,22 @@ pub enum Settle {
 
 /// A settle function, as the layer holds it.
 pub(crate) type SettleFn = Arc<dyn Fn(StatusCode, &HeaderMap) -> Settle + Send + Sync>;
+
+/// The layer's settle functions: from the response head, and from the body's trailers.
+#[derive(Clone, Default)]
+pub(crate) struct Settlers {
+    /// Asked when the response head is ready ([`RateLimitLayerBuilder::settle`]).
+    pub(crate) head: Option<SettleFn>,
+    /// Asked when the body ends (`RateLimitLayerBuilder::settle_trailers`, in `trailers.rs`).
+    pub(crate) trailers: Option<SettleFn>,
+}
+
+impl Settlers {
+    /// `true` if the layer settles nothing.
+    pub(crate) fn is_none(&self) -> bool {
+        self.head.is_none() && self.trailers.is_none()
+    }
+}
 
 impl Settle {
     /// Gives the whole charge back for a `2xx` response, keeps it otherwise: only failures
@@ -139,13 +157,13 @@ impl RateLimitLayerBuilder {
         mut self,
         f: impl Fn(StatusCode, &HeaderMap) -> Settle + Send + Sync + 'static,
     ) -> Self {
-        self.settle = Some(Arc::new(f));
+        self.settle.head = Some(Arc::new(f));
         self
     }
 }
 
 /// A plain decimal count: 1 to 19 ASCII digits, nothing else (so it always fits u64).
-fn parse_cost(b: &[u8]) -> Option<u64> {
+pub(super) fn parse_cost(b: &[u8]) -> Option<u64> {
     if b.is_empty() || b.len() > 19 || !b.iter().all(u8::is_ascii_digit) {
         return None;
     }
@@ -169,26 +187,52 @@ impl Pending {
         subject: Subject,
         units: u64,
     ) -> Option<Self> {
-        (shared.settle.is_some() && enforced).then(|| Self {
+        (!shared.settle.is_none() && enforced).then(|| Self {
             shared: Arc::clone(shared),
             subject,
             units,
         })
     }
 
-    /// Asks the settle function about the response and applies its answer to every limit.
-    pub(crate) fn settle(self, status: StatusCode, headers: &HeaderMap) {
-        let Some(f) = &self.shared.settle else {
-            return;
-        };
-        let counters = &self.shared.counters;
-        let answer = match catch_unwind(AssertUnwindSafe(|| f(status, headers))) {
-            Ok(a) => a,
-            Err(_) => {
-                Counters::bump(&counters.settle_panics);
-                return;
+    /// Settles from the response head: asks the head function (if any) and applies its
+    /// answer; then, with a trailer function, hands the charge to the body (with `held`,
+    /// what the body holds until it ends), to settle again from its trailers.
+    pub(crate) fn settle(
+        self,
+        status: StatusCode,
+        headers: &HeaderMap,
+        held: Option<Box<Held>>,
+    ) -> Option<Box<Held>> {
+        if let Some(f) = &self.shared.settle.head {
+            if let Some(answer) = self.ask(f, status, headers) {
+                self.apply(answer);
             }
-        };
+        }
+        if self.shared.settle.trailers.is_none() {
+            return held;
+        }
+        Some(trailers::carry(self, status, held))
+    }
+
+    /// Asks `f` about the response; `None` if it panicked (contained, counted).
+    pub(crate) fn ask(
+        &self,
+        f: &SettleFn,
+        status: StatusCode,
+        headers: &HeaderMap,
+    ) -> Option<Settle> {
+        match catch_unwind(AssertUnwindSafe(|| f(status, headers))) {
+            Ok(a) => Some(a),
+            Err(_) => {
+                Counters::bump(&self.shared.counters.settle_panics);
+                None
+            }
+        }
+    }
+
+    /// Applies a settle function's answer to every limit of the layer.
+    pub(crate) fn apply(&self, answer: Settle) {
+        let counters = &self.shared.counters;
         let (refund, n) = match answer {
             Settle::Keep => return,
             Settle::Unreadable => {
