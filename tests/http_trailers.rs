@@ -59,8 +59,10 @@ impl Plans {
     /// A body of two data frames, then `trailer` (if any) as `x-tokens-used`, then its end.
     fn stream(&self, trailer: Option<&str>) {
         let tx = self.next();
-        tx.send(Ok(Frame::data(Bytes::from_static(b"tok ")))).unwrap();
-        tx.send(Ok(Frame::data(Bytes::from_static(b"tok")))).unwrap();
+        tx.send(Ok(Frame::data(Bytes::from_static(b"tok "))))
+            .unwrap();
+        tx.send(Ok(Frame::data(Bytes::from_static(b"tok"))))
+            .unwrap();
         if let Some(v) = trailer {
             let mut t = HeaderMap::new();
             t.insert("x-tokens-used", HeaderValue::from_str(v).unwrap());
@@ -150,7 +152,10 @@ async fn a_streamed_body_is_charged_what_its_trailer_reports() {
     let (status, _, whole) = get(addr).await;
     assert_eq!((status, whole), (200, true));
     let s = until(&layer, |s| s.settle_charges == 1).await;
-    assert_eq!((s.settle_hangups, s.settle_unreadable, s.settle_lost), (0, 0, 0));
+    assert_eq!(
+        (s.settle_hangups, s.settle_unreadable, s.settle_lost),
+        (0, 0, 0)
+    );
     let (status, headers, _) = get(addr).await;
     assert_eq!(status, 429, "in debt");
     assert_eq!(headers["retry-after"], "3", "2.1 s, rounded up");
@@ -193,7 +198,12 @@ async fn a_body_without_trailers_keeps_its_charge() {
     assert_eq!(headers["retry-after"], "60");
     let s = layer.stats();
     assert_eq!(
-        (s.settle_charges, s.settle_refunds, s.settle_hangups, s.settle_panics),
+        (
+            s.settle_charges,
+            s.settle_refunds,
+            s.settle_hangups,
+            s.settle_panics
+        ),
         (0, 0, 0, 0)
     );
 }
@@ -216,7 +226,8 @@ async fn a_client_hanging_up_mid_stream_keeps_the_charge() {
     let plans = Plans::default();
     let addr = serve(layer.clone(), plans.clone()).await;
     let tx = plans.next();
-    tx.send(Ok(Frame::data(Bytes::from_static(b"first")))).unwrap();
+    tx.send(Ok(Frame::data(Bytes::from_static(b"first"))))
+        .unwrap();
     let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
     let req = Request::get(format!("http://{addr}/"))
         .body(Empty::new())
@@ -227,7 +238,9 @@ async fn a_client_hanging_up_mid_stream_keeps_the_charge() {
         .unwrap();
     assert_eq!(res.status(), 200);
     let mut body = res.into_body();
-    let first = tokio::time::timeout(STEP, body.frame()).await.expect("bounded");
+    let first = tokio::time::timeout(STEP, body.frame())
+        .await
+        .expect("bounded");
     assert!(first.is_some_and(|f| f.is_ok()), "the stream started");
     drop(body);
     drop(client);
@@ -261,7 +274,8 @@ async fn a_body_error_keeps_the_charge() {
     let plans = Plans::default();
     let addr = serve(layer.clone(), plans.clone()).await;
     let tx = plans.next();
-    tx.send(Ok(Frame::data(Bytes::from_static(b"first")))).unwrap();
+    tx.send(Ok(Frame::data(Bytes::from_static(b"first"))))
+        .unwrap();
     let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
     let req = Request::get(format!("http://{addr}/"))
         .body(Empty::new())
@@ -272,7 +286,8 @@ async fn a_body_error_keeps_the_charge() {
         .unwrap();
     assert_eq!(res.status(), 200);
     // Once the head is out: the upstream breaks mid-stream.
-    tx.send(Err(std::io::Error::other("upstream broke"))).unwrap();
+    tx.send(Err(std::io::Error::other("upstream broke")))
+        .unwrap();
     let body = tokio::time::timeout(STEP, res.into_body().collect()).await;
     assert!(body.expect("bounded").is_err(), "the body failed");
     let s = until(&layer, |s| s.settle_hangups == 1).await;
@@ -376,14 +391,19 @@ async fn own_body_cannot_settle_from_trailers_and_counts_it() {
         .build()
         .unwrap();
     let stats = layer.clone();
-    let svc = layer.own_body().layer(tower::service_fn(|_req: Request<()>| async {
-        Ok::<_, Infallible>(Response::new(Body::from("ok")))
-    }));
+    let svc = layer
+        .own_body()
+        .layer(tower::service_fn(|_req: Request<()>| async {
+            Ok::<_, Infallible>(Response::new(Body::from("ok")))
+        }));
     let res = svc.oneshot(Request::new(())).await.unwrap();
     assert_eq!(res.status(), 200);
     drop(res);
     let s = stats.stats();
-    assert_eq!((s.settle_lost, s.settle_hangups, s.settle_refunds), (1, 0, 0));
+    assert_eq!(
+        (s.settle_lost, s.settle_hangups, s.settle_refunds),
+        (1, 0, 0)
+    );
     let verdict = lim.check();
     assert!(
         matches!(verdict, tollgate::Verdict::Deny(_)),

@@ -6,6 +6,7 @@
 //! limit of the layer to [`refund`](super::PolicySource::refund) or
 //! [`charge`](super::PolicySource::charge). A function that panics is contained: the charge
 //! stands, and the panic is counted ([`LayerStats::settle_panics`](super::LayerStats::settle_panics)).
+//! Settling from the body's trailers is in `trailers.rs`.
 
 use core::task::{Context, Poll, Waker};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -88,7 +89,9 @@ impl Settle {
     /// charge (tokens a model server reported: `x-tokens-used: 1200`). A response without the
     /// header keeps the charge; a value that is not a plain decimal number of at most 19
     /// digits (a sign, spaces, `1e3`, text) is [`Settle::Unreadable`]: ignored and counted,
-    /// never a panic. Trailers are not read: the cost must be a header.
+    /// never a panic. Only the head is read here: for a cost in a trailer, see
+    /// [`charge_from_trailer`](Settle::charge_from_trailer) with
+    /// [`settle_trailers`](RateLimitLayerBuilder::settle_trailers).
     ///
     /// ```
     /// use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
@@ -130,7 +133,9 @@ impl RateLimitLayerBuilder {
     /// [`charge`](super::PolicySource::charge): the in-memory limiters do both; a
     /// [`SharedRateLimiter`](crate::redis::SharedRateLimiter) does neither yet (counted in
     /// [`settle_lost`](super::LayerStats::settle_lost)). A layer with a settle function
-    /// takes the general path, never the lean one. Trailers are not read.
+    /// takes the general path, never the lean one. `f` sees the head only: for a cost the
+    /// body reports in its trailers, see [`settle_trailers`](Self::settle_trailers) (with
+    /// both set, both apply, this one first).
     ///
     /// ```
     /// use std::time::Duration;
