@@ -410,3 +410,34 @@ async fn own_body_cannot_settle_from_trailers_and_counts_it() {
         "the charge stands: {verdict:?}"
     );
 }
+
+#[tokio::test]
+async fn an_empty_body_is_settled_at_its_end_not_counted_a_hang_up() {
+    let clock = ManualClock::new();
+    let lim = limiter("1/min", &clock, Duration::ZERO);
+    let layer = RateLimitLayer::builder()
+        .limit("one", Arc::clone(&lim))
+        .settle_trailers(|status, t: &HeaderMap| {
+            assert!(t.is_empty(), "no trailers: an empty map");
+            if status == http::StatusCode::NO_CONTENT {
+                Settle::RefundAll
+            } else {
+                Settle::Keep
+            }
+        })
+        .build()
+        .unwrap();
+    let router = axum::Router::new()
+        .fallback(|| async { http::StatusCode::NO_CONTENT })
+        .layer(layer.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    // A 204's body is empty from the start; each is settled (refunded), so a 1/min limit
+    // serves them all.
+    for i in 1..=3u64 {
+        assert_eq!(get(addr).await.0, 204, "request {i}");
+        until(&layer, |s| s.settle_refunds == i).await;
+    }
+    assert_eq!(layer.stats().settle_hangups, 0);
+}

@@ -79,7 +79,7 @@ pub struct WrappedBody;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct OwnBody;
 
-impl<B> BodyMode<B> for WrappedBody {
+impl<B: http_body::Body> BodyMode<B> for WrappedBody {
     type Body = RateLimitBody<B>;
 
     #[inline]
@@ -94,7 +94,12 @@ impl<B> BodyMode<B> for WrappedBody {
 
     #[inline]
     #[allow(private_interfaces)] // reason: sealed; see the trait
-    fn holding(body: B, held: Option<Box<Held>>) -> RateLimitBody<B> {
+    fn holding(body: B, mut held: Option<Box<Held>>) -> RateLimitBody<B> {
+        // A body already over (empty: a 204, `Content-Length: 0`) is never polled by the
+        // server: a trailer settle is asked now, with no trailers.
+        if let Some(h) = held.as_deref_mut().filter(|_| body.is_end_stream()) {
+            super::trailers::seen::<Bytes, ()>(h, None, true);
+        }
         RateLimitBody::holding(body, held)
     }
 }

@@ -12,6 +12,7 @@ use http::{HeaderMap, Response, StatusCode};
 use http_body::{Body, Frame, SizeHint};
 
 use super::inflight::Held;
+use super::trailers;
 
 use crate::engine::verdict::{Denied, DenyReason, PassReason};
 
@@ -365,7 +366,7 @@ impl<B: Body<Data = Bytes>> Body for RateLimitBody<B> {
                 let frame = ready!(body.as_mut().poll_frame(cx));
                 if let Some(held) = this.held.as_deref_mut() {
                     // A charge to settle from the trailers: at the trailers, or the end.
-                    super::trailers::seen(held, frame.as_ref(), body.is_end_stream());
+                    trailers::seen(held, frame.as_ref(), body.is_end_stream());
                 }
                 // The body has ended (no more frames, an error, or its last frame): the
                 // request is no longer in flight.

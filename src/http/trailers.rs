@@ -62,8 +62,10 @@ impl RateLimitLayerBuilder {
     /// response head is ready), then the trailers' (as the body ends), each to the request's
     /// original charge (a [`Settle::RefundAll`] gives back at most what the check charged).
     ///
-    /// Not settled, the charge standing: a body dropped before its end (the client hung up)
-    /// or ending in an error, both counted in
+    /// A body already over when the inner service answers (empty: a `204`,
+    /// `Content-Length: 0`) is settled at once, with no trailers. Not settled, the charge
+    /// standing: a body dropped before its end (the client hung up; also a body the server
+    /// never sends, as for a `HEAD` request) or ending in an error, both counted in
     /// [`LayerStats::settle_hangups`](super::LayerStats::settle_hangups); and the requests
     /// [`settle`](Self::settle) does not settle (pass-throughs, rejections, exempt requests).
     /// `f` panicking is contained and counted in
