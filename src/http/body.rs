@@ -42,7 +42,9 @@ pub struct WrappedBody;
 /// Responses keep the inner service's own body type `B`; the layer builds its rejections'
 /// bodies with `B::from(Bytes)`. A concurrency limit's permit is then given back when the
 /// inner service's response head is ready, not when its body ends (the body's own type
-/// cannot carry it). For bodies that can be built from bytes — axum's `Body`,
+/// cannot carry it), and a trailer settle
+/// ([`settle_trailers`](super::RateLimitLayerBuilder::settle_trailers)) is never applied
+/// (counted in [`settle_lost`](super::LayerStats::settle_lost)). For bodies that can be built from bytes — axum's `Body`,
 /// `http_body_util::Full<Bytes>`, `String` bodies and the like — it saves the wrapper and,
 /// under axum, the allocation axum makes to box a body that is not its own. Chosen with
 /// [`RateLimitLayer::own_body`](super::RateLimitLayer::own_body).
@@ -77,7 +79,7 @@ pub struct WrappedBody;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct OwnBody;
 
-impl<B> BodyMode<B> for WrappedBody {
+impl<B: http_body::Body> BodyMode<B> for WrappedBody {
     type Body = RateLimitBody<B>;
 
     #[inline]
@@ -92,7 +94,12 @@ impl<B> BodyMode<B> for WrappedBody {
 
     #[inline]
     #[allow(private_interfaces)] // reason: sealed; see the trait
-    fn holding(body: B, held: Option<Box<Held>>) -> RateLimitBody<B> {
+    fn holding(body: B, mut held: Option<Box<Held>>) -> RateLimitBody<B> {
+        // A body already over (empty: a 204, `Content-Length: 0`) is never polled by the
+        // server: a trailer settle is asked now, with no trailers.
+        if let Some(h) = held.as_deref_mut().filter(|_| body.is_end_stream()) {
+            super::trailers::seen::<Bytes, ()>(h, None, true);
+        }
         RateLimitBody::holding(body, held)
     }
 }
@@ -115,7 +122,10 @@ impl<B: From<Bytes>> BodyMode<B> for OwnBody {
     #[inline]
     #[allow(private_interfaces)] // reason: sealed; see the trait
     fn holding(body: B, held: Option<Box<Held>>) -> B {
-        drop(held);
+        // Nor can the layer read its trailers: a trailer settle is lost (counted).
+        if let Some(mut held) = held {
+            super::trailers::unseen(&mut held);
+        }
         body
     }
 }

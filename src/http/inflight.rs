@@ -5,12 +5,16 @@ use core::future::Future;
 use core::pin::Pin;
 use std::sync::Arc;
 
-use http::StatusCode;
+use bytes::Bytes;
+use http::{Response, StatusCode};
 
+use super::layer::Shared;
 use super::queue::Waiters;
+use super::reject::reject;
 use super::response::{RejectReason, Rejection};
 use super::source::Subject;
 use super::stats::Counters;
+use super::trailers::Trailing;
 use crate::concurrency::{ConcurrencyLimiter, KeyedConcurrencyLimiter, NoSlot, Permit, Saturated};
 
 /// A limit on requests in flight that the layer can hold a slot of: a
@@ -111,12 +115,16 @@ pub(crate) struct InFlightEntry {
     pub(crate) limit: Arc<dyn InFlightLimit>,
 }
 
-/// The permits one request holds, one per concurrency limit of the layer: given back when
-/// dropped (with the response body, or with the request if it is not served).
+/// What one request's response body holds until it ends: the permits, one per concurrency
+/// limit of the layer, given back when dropped (with the response body, or with the request
+/// if it is not served); and the charge to settle from the body's trailers, if the layer
+/// settles from trailers (see `trailers.rs`).
 #[derive(Debug, Default)]
 pub(crate) struct Held {
     /// Never read: held for its `Drop`, which gives the slots back.
     _permits: Vec<Permit>,
+    /// The charge a trailer settle function decides on when the body ends.
+    pub(crate) trailers: Option<Box<Trailing>>,
 }
 
 /// Takes a slot of every concurrency limit for `subject`, all or nothing: at the first
@@ -134,7 +142,10 @@ pub(crate) fn acquire(
             Err(s) => return Err(saturated(&e.name, &s, grpc)),
         }
     }
-    Ok(Held { _permits: held })
+    Ok(Held {
+        _permits: held,
+        trailers: None,
+    })
 }
 
 /// [`acquire`] in queue mode: a saturated limit is waited for, FIFO among the key's waiters,
@@ -171,7 +182,10 @@ pub(crate) async fn acquire_waiting(
             Err(s) => return Err(saturated(&e.name, &s, grpc)),
         }
     }
-    Ok(Held { _permits: held })
+    Ok(Held {
+        _permits: held,
+        trailers: None,
+    })
 }
 
 /// `429`, reason `concurrency`, and no `Retry-After`: when a slot frees depends on how long
@@ -184,5 +198,30 @@ fn saturated(name: &Arc<str>, s: &Saturated, grpc: bool) -> Rejection {
         retry_after: None,
         detail: format!("too many requests in flight for policy {name:?}: {s}"),
         grpc,
+    }
+}
+
+/// The concurrency slots of a request in queue mode, waited for; the rejection (counted) if
+/// they did not free in time.
+pub(crate) async fn queued_slots(
+    shared: &Shared,
+    subject: &Subject,
+    grpc: bool,
+) -> Result<Box<Held>, Response<Bytes>> {
+    let Some(waiters) = shared.queue.as_ref() else {
+        // Queue mode applies only with a queue.
+        let r = acquire(&shared.concurrency, subject, grpc);
+        return r.map(Box::new).map_err(|rej| {
+            Counters::bump(&shared.counters.saturated);
+            reject(shared, subject.tier(), &rej, &[], None)
+        });
+    };
+    let c = &shared.counters;
+    match acquire_waiting(&shared.concurrency, waiters, subject, grpc, c).await {
+        Ok(h) => Ok(Box::new(h)),
+        Err(rejection) => {
+            Counters::bump(&shared.counters.saturated);
+            Err(reject(shared, subject.tier(), &rejection, &[], None))
+        }
     }
 }

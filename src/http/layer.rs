@@ -20,7 +20,7 @@ use super::queue::{Queue, Waiters};
 use super::request::{AttemptHeader, Classifier, Cost, TierFrom};
 use super::response::{HeaderMode, Rejection};
 use super::service::RateLimit;
-use super::settle::SettleFn;
+use super::settle::Settlers;
 use super::source::PolicySource;
 pub(crate) use super::stats::Counters;
 pub use super::stats::LayerStats;
@@ -63,8 +63,8 @@ pub(crate) struct Shared {
     pub(crate) counters: Counters,
     /// The exemptions, asked before anything else (see `exempt.rs`); `None` if there are none.
     pub(crate) exempt: Option<Exemptions>,
-    /// The settle function, asked about each allowed response (see `settle.rs`).
-    pub(crate) settle: Option<SettleFn>,
+    /// The settle functions, asked about each allowed response (see `settle.rs`).
+    pub(crate) settle: Settlers,
 }
 
 /// A tower [`Layer`] that rate-limits `http` services: it reads a key from each request,
@@ -163,7 +163,9 @@ impl RateLimitLayer {
 
     /// The same layer (the same state: limiters, queue and counters), with services whose
     /// responses keep the inner service's body type ([`OwnBody`](super::OwnBody)), for inner
-    /// services whose body can be built from bytes.
+    /// services whose body can be built from bytes. A trailer settle
+    /// ([`settle_trailers`](RateLimitLayerBuilder::settle_trailers)) is then never applied: the
+    /// layer cannot see the body (counted in [`LayerStats::settle_lost`]).
     pub fn own_body(self) -> RateLimitLayer<OwnBody> {
         RateLimitLayer {
             shared: self.shared,
@@ -252,8 +254,8 @@ pub struct RateLimitLayerBuilder {
     success: Option<Arc<SuccessRate>>,
     /// The exemptions (their builder methods are in `exempt.rs`).
     pub(super) exempt: Rules,
-    /// The settle function (its builder method is in `settle.rs`).
-    pub(super) settle: Option<SettleFn>,
+    /// The settle functions (builder methods in `settle.rs` and `trailers.rs`).
+    pub(super) settle: Settlers,
 }
 
 impl RateLimitLayerBuilder {

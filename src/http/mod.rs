@@ -68,6 +68,7 @@ mod settle;
 mod shared;
 mod source;
 mod stats;
+mod trailers;
 
 pub use body::{BodyMode, OwnBody, WrappedBody};
 pub use inflight::InFlightLimit;

@@ -12,6 +12,7 @@ use http::{HeaderMap, Response, StatusCode};
 use http_body::{Body, Frame, SizeHint};
 
 use super::inflight::Held;
+use super::trailers;
 
 use crate::engine::verdict::{Denied, DenyReason, PassReason};
 
@@ -300,7 +301,9 @@ pin_project_lite::pin_project! {
     /// An inner body also holds the request's concurrency permits
     /// ([`RateLimitLayerBuilder::concurrency`](super::RateLimitLayerBuilder::concurrency)) and
     /// gives them back when it ends (its last frame, or an error) or is dropped (the client
-    /// hung up).
+    /// hung up). With a trailer settle
+    /// ([`RateLimitLayerBuilder::settle_trailers`](super::RateLimitLayerBuilder::settle_trailers)),
+    /// it also holds the request's charge and settles it at its trailers or its end.
     #[derive(Debug)]
     pub struct RateLimitBody<B> {
         #[pin]
@@ -361,6 +364,10 @@ impl<B: Body<Data = Bytes>> Body for RateLimitBody<B> {
         match this.kind.project() {
             KindProj::Inner { mut body } => {
                 let frame = ready!(body.as_mut().poll_frame(cx));
+                if let Some(held) = this.held.as_deref_mut() {
+                    // A charge to settle from the trailers: at the trailers, or the end.
+                    trailers::seen(held, frame.as_ref(), body.is_end_stream());
+                }
                 // The body has ended (no more frames, an error, or its last frame): the
                 // request is no longer in flight.
                 if this.held.is_some() && (!matches!(frame, Some(Ok(_))) || body.is_end_stream()) {

@@ -190,10 +190,12 @@ impl Extra {
     /// Adds the fields, the mark and the success-rate feed; the permits are what is left
     /// for the body to hold.
     fn apply<RB>(self, res: &mut Response<RB>) -> Option<Box<Held>> {
-        // Before the fields: the settle function sees the inner service's own headers.
-        if let Some(pending) = self.settle {
-            pending.settle(res.status(), res.headers());
-        }
+        // Before the fields: the settle function sees the inner service's own headers; a
+        // trailer settle goes on with the body, in what it holds.
+        let held = match self.settle {
+            Some(pending) => pending.settle(res.status(), res.headers(), self.held),
+            None => self.held,
+        };
         self.fields.insert_into(res.headers_mut());
         if let Some(p) = self.passed {
             res.extensions_mut().insert(p);
@@ -201,7 +203,7 @@ impl Extra {
         if let Some((slo, tier)) = self.slo {
             slo.record(&tier, res.status().as_u16());
         }
-        self.held
+        held
     }
 }
 
@@ -287,7 +289,7 @@ where
                     // Queue mode: wait for the slots on the boxed path, then judge.
                     let inner = self.take_inner();
                     return ResponseFuture::boxed(Box::pin(async move {
-                        let held = match queued_slots(&shared, &subject, grpc).await {
+                        let held = match inflight::queued_slots(&shared, &subject, grpc).await {
                             Ok(h) => h,
                             Err(res) => return Ok(Err(res)),
                         };
@@ -469,31 +471,6 @@ fn is_grpc(headers: &http::HeaderMap) -> bool {
     headers
         .get(CONTENT_TYPE)
         .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
-}
-
-/// The concurrency slots of a request in queue mode, waited for; the rejection (counted) if
-/// they did not free in time.
-async fn queued_slots(
-    shared: &Shared,
-    subject: &Subject,
-    grpc: bool,
-) -> Result<Box<Held>, Response<Bytes>> {
-    let Some(waiters) = shared.queue.as_ref() else {
-        // Queue mode applies only with a queue.
-        let r = inflight::acquire(&shared.concurrency, subject, grpc);
-        return r.map(Box::new).map_err(|rej| {
-            Counters::bump(&shared.counters.saturated);
-            reject(shared, subject.tier(), &rej, &[], None)
-        });
-    };
-    let c = &shared.counters;
-    match inflight::acquire_waiting(&shared.concurrency, waiters, subject, grpc, c).await {
-        Ok(h) => Ok(Box::new(h)),
-        Err(rejection) => {
-            Counters::bump(&shared.counters.saturated);
-            Err(reject(shared, subject.tier(), &rejection, &[], None))
-        }
-    }
 }
 
 fn queue_applies(shared: &Shared, parts: &Parts) -> bool {

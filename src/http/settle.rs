@@ -6,6 +6,7 @@
 //! limit of the layer to [`refund`](super::PolicySource::refund) or
 //! [`charge`](super::PolicySource::charge). A function that panics is contained: the charge
 //! stands, and the panic is counted ([`LayerStats::settle_panics`](super::LayerStats::settle_panics)).
+//! Settling from the body's trailers is in `trailers.rs`.
 
 use core::task::{Context, Poll, Waker};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -14,9 +15,11 @@ use std::sync::Arc;
 use http::header::HeaderName;
 use http::{HeaderMap, StatusCode};
 
+use super::inflight::Held;
 use super::layer::{RateLimitLayerBuilder, Shared};
 use super::source::Subject;
 use super::stats::Counters;
+use super::trailers;
 
 /// What to do with a request's charge once its response is known: the answer of a
 /// [`settle`](super::RateLimitLayerBuilder::settle) function.
@@ -42,6 +45,22 @@ pub enum Settle {
 
 /// A settle function, as the layer holds it.
 pub(crate) type SettleFn = Arc<dyn Fn(StatusCode, &HeaderMap) -> Settle + Send + Sync>;
+
+/// The layer's settle functions: from the response head, and from the body's trailers.
+#[derive(Clone, Default)]
+pub(crate) struct Settlers {
+    /// Asked when the response head is ready ([`RateLimitLayerBuilder::settle`]).
+    pub(crate) head: Option<SettleFn>,
+    /// Asked when the body ends (`RateLimitLayerBuilder::settle_trailers`, in `trailers.rs`).
+    pub(crate) trailers: Option<SettleFn>,
+}
+
+impl Settlers {
+    /// `true` if the layer settles nothing.
+    pub(crate) fn is_none(&self) -> bool {
+        self.head.is_none() && self.trailers.is_none()
+    }
+}
 
 impl Settle {
     /// Gives the whole charge back for a `2xx` response, keeps it otherwise: only failures
@@ -70,7 +89,9 @@ impl Settle {
     /// charge (tokens a model server reported: `x-tokens-used: 1200`). A response without the
     /// header keeps the charge; a value that is not a plain decimal number of at most 19
     /// digits (a sign, spaces, `1e3`, text) is [`Settle::Unreadable`]: ignored and counted,
-    /// never a panic. Trailers are not read: the cost must be a header.
+    /// never a panic. Only the head is read here: for a cost in a trailer, see
+    /// [`charge_from_trailer`](Settle::charge_from_trailer) with
+    /// [`settle_trailers`](RateLimitLayerBuilder::settle_trailers).
     ///
     /// ```
     /// use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
@@ -112,7 +133,9 @@ impl RateLimitLayerBuilder {
     /// [`charge`](super::PolicySource::charge): the in-memory limiters do both; a
     /// [`SharedRateLimiter`](crate::redis::SharedRateLimiter) does neither yet (counted in
     /// [`settle_lost`](super::LayerStats::settle_lost)). A layer with a settle function
-    /// takes the general path, never the lean one. Trailers are not read.
+    /// takes the general path, never the lean one. `f` sees the head only: for a cost the
+    /// body reports in its trailers, see [`settle_trailers`](Self::settle_trailers) (with
+    /// both set, both apply, this one first).
     ///
     /// ```
     /// use std::time::Duration;
@@ -139,13 +162,13 @@ impl RateLimitLayerBuilder {
         mut self,
         f: impl Fn(StatusCode, &HeaderMap) -> Settle + Send + Sync + 'static,
     ) -> Self {
-        self.settle = Some(Arc::new(f));
+        self.settle.head = Some(Arc::new(f));
         self
     }
 }
 
 /// A plain decimal count: 1 to 19 ASCII digits, nothing else (so it always fits u64).
-fn parse_cost(b: &[u8]) -> Option<u64> {
+pub(super) fn parse_cost(b: &[u8]) -> Option<u64> {
     if b.is_empty() || b.len() > 19 || !b.iter().all(u8::is_ascii_digit) {
         return None;
     }
@@ -169,26 +192,52 @@ impl Pending {
         subject: Subject,
         units: u64,
     ) -> Option<Self> {
-        (shared.settle.is_some() && enforced).then(|| Self {
+        (!shared.settle.is_none() && enforced).then(|| Self {
             shared: Arc::clone(shared),
             subject,
             units,
         })
     }
 
-    /// Asks the settle function about the response and applies its answer to every limit.
-    pub(crate) fn settle(self, status: StatusCode, headers: &HeaderMap) {
-        let Some(f) = &self.shared.settle else {
-            return;
-        };
-        let counters = &self.shared.counters;
-        let answer = match catch_unwind(AssertUnwindSafe(|| f(status, headers))) {
-            Ok(a) => a,
-            Err(_) => {
-                Counters::bump(&counters.settle_panics);
-                return;
+    /// Settles from the response head: asks the head function (if any) and applies its
+    /// answer; then, with a trailer function, hands the charge to the body (with `held`,
+    /// what the body holds until it ends), to settle again from its trailers.
+    pub(crate) fn settle(
+        self,
+        status: StatusCode,
+        headers: &HeaderMap,
+        held: Option<Box<Held>>,
+    ) -> Option<Box<Held>> {
+        if let Some(f) = &self.shared.settle.head {
+            if let Some(answer) = self.ask(f, status, headers) {
+                self.apply(answer);
             }
-        };
+        }
+        if self.shared.settle.trailers.is_none() {
+            return held;
+        }
+        Some(trailers::carry(self, status, held))
+    }
+
+    /// Asks `f` about the response; `None` if it panicked (contained, counted).
+    pub(crate) fn ask(
+        &self,
+        f: &SettleFn,
+        status: StatusCode,
+        headers: &HeaderMap,
+    ) -> Option<Settle> {
+        match catch_unwind(AssertUnwindSafe(|| f(status, headers))) {
+            Ok(a) => Some(a),
+            Err(_) => {
+                Counters::bump(&self.shared.counters.settle_panics);
+                None
+            }
+        }
+    }
+
+    /// Applies a settle function's answer to every limit of the layer.
+    pub(crate) fn apply(&self, answer: Settle) {
+        let counters = &self.shared.counters;
         let (refund, n) = match answer {
             Settle::Keep => return,
             Settle::Unreadable => {

@@ -62,8 +62,15 @@ pub struct LayerStats {
     /// a negative, non-numeric or huge header value): ignored, the charge stands.
     pub settle_unreadable: u64,
     /// Settlements a limit could not apply (a source without refunds or charges, or an async
-    /// one not done on its first poll): never retried, so never applied twice.
+    /// one not done on its first poll): never retried, so never applied twice. Also counted:
+    /// a trailer settle under [`OwnBody`](super::OwnBody), whose body the layer cannot read
+    /// (once per response).
     pub settle_lost: u64,
+    /// Responses whose body did not end, so a
+    /// [`settle_trailers`](super::RateLimitLayerBuilder::settle_trailers) function was never
+    /// asked: the body was dropped first (the client hung up) or failed with an error. The
+    /// charge stands.
+    pub settle_hangups: u64,
 }
 
 #[derive(Default)]
@@ -86,6 +93,7 @@ pub(crate) struct Counters {
     pub(crate) settle_panics: AtomicU64,
     pub(crate) settle_unreadable: AtomicU64,
     pub(crate) settle_lost: AtomicU64,
+    pub(crate) settle_hangups: AtomicU64,
     /// Whether the warning for a request without a peer address was given (once a layer).
     pub(crate) warned_no_peer: AtomicBool,
 }
@@ -117,6 +125,7 @@ impl Counters {
             settle_panics: r(&self.settle_panics),
             settle_unreadable: r(&self.settle_unreadable),
             settle_lost: r(&self.settle_lost),
+            settle_hangups: r(&self.settle_hangups),
         }
     }
 
