@@ -130,9 +130,10 @@ impl RateLimitLayerBuilder {
     /// rejections, exempt requests, and a response that never comes (the client hung up, the
     /// service failed: the charge stands). Sources settle through
     /// [`PolicySource::refund`](super::PolicySource::refund) and
-    /// [`charge`](super::PolicySource::charge): the in-memory limiters do both; a
-    /// [`SharedRateLimiter`](crate::redis::SharedRateLimiter) does neither yet (counted in
-    /// [`settle_lost`](super::LayerStats::settle_lost)). A layer with a settle function
+    /// [`charge`](super::PolicySource::charge): the in-memory limiters at once; a
+    /// [`SharedRateLimiter`](crate::redis::SharedRateLimiter) from a task of its own, so the
+    /// response does not wait for Redis (one script call each, counted in its
+    /// [`SharedStats`](crate::redis::SharedStats): `refunds`, `charges`, `settles_lost`). A layer with a settle function
     /// takes the general path, never the lean one. `f` sees the head only: for a cost the
     /// body reports in its trailers, see [`settle_trailers`](Self::settle_trailers) (with
     /// both set, both apply, this one first).
