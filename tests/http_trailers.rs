@@ -22,6 +22,7 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Request};
 use http_body_util::{BodyExt, Empty};
 use hyper::body::Frame;
+use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use tokio::sync::mpsc;
@@ -90,9 +91,14 @@ async fn serve(layer: RateLimitLayer, plans: Plans) -> SocketAddr {
     addr
 }
 
-/// A request whose body is read to its end: the status, the head's fields, and whether the
-/// body was read whole.
-async fn get(addr: SocketAddr) -> (u16, HeaderMap, bool) {
+/// A request sent and its head read: the response, and the client that must stay alive while
+/// its body is read.
+async fn open(
+    addr: SocketAddr,
+) -> (
+    Client<HttpConnector, Empty<Bytes>>,
+    http::Response<hyper::body::Incoming>,
+) {
     let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
     let req = Request::get(format!("http://{addr}/"))
         .header("te", "trailers")
@@ -102,6 +108,13 @@ async fn get(addr: SocketAddr) -> (u16, HeaderMap, bool) {
         .await
         .expect("bounded")
         .unwrap();
+    (client, res)
+}
+
+/// A request whose body is read to its end: the status, the head's fields, and whether the
+/// body was read whole.
+async fn get(addr: SocketAddr) -> (u16, HeaderMap, bool) {
+    let (_client, res) = open(addr).await;
     let (parts, body) = res.into_parts();
     let whole = tokio::time::timeout(STEP, body.collect())
         .await
@@ -228,14 +241,7 @@ async fn a_client_hanging_up_mid_stream_keeps_the_charge() {
     let tx = plans.next();
     tx.send(Ok(Frame::data(Bytes::from_static(b"first"))))
         .unwrap();
-    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
-    let req = Request::get(format!("http://{addr}/"))
-        .body(Empty::new())
-        .unwrap();
-    let res = tokio::time::timeout(STEP, client.request(req))
-        .await
-        .expect("bounded")
-        .unwrap();
+    let (client, res) = open(addr).await;
     assert_eq!(res.status(), 200);
     let mut body = res.into_body();
     let first = tokio::time::timeout(STEP, body.frame())
@@ -276,14 +282,7 @@ async fn a_body_error_keeps_the_charge() {
     let tx = plans.next();
     tx.send(Ok(Frame::data(Bytes::from_static(b"first"))))
         .unwrap();
-    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
-    let req = Request::get(format!("http://{addr}/"))
-        .body(Empty::new())
-        .unwrap();
-    let res = tokio::time::timeout(STEP, client.request(req))
-        .await
-        .expect("bounded")
-        .unwrap();
+    let (_client, res) = open(addr).await;
     assert_eq!(res.status(), 200);
     // Once the head is out: the upstream breaks mid-stream.
     tx.send(Err(std::io::Error::other("upstream broke")))
