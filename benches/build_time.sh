@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Cold build time of a per-IP rate-limited axum app: tollgate (features `axum`, no default
-# features) against tower_governor 0.8 (feature `axum` only), issue 30 §4.
+# features) against tower_governor 0.8 (feature `axum` only).
 #
 #   benches/build_time.sh            # 2 rounds each, alternated: tollgate, governor, ...
 #   ROUNDS=3 WORK=/tmp/bt benches/build_time.sh

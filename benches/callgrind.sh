@@ -7,7 +7,7 @@
 #       tollgate-detector-keyed-10k      # with a FaultDetector attached
 #   benches/callgrind.sh tollgate-direct-check-with tollgate-priority-direct-class1 \
 #       tollgate-budget-direct-original tollgate-budget-direct-retry floor-direct-check-n1
-#                                        # check_with: priority classes, retry budget (issue 5)
+#                                        # check_with: priority classes, retry budget
 #
 # The case list is the one `ir_per_check` prints when run without arguments (its CASES).
 #

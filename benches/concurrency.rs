@@ -1,4 +1,4 @@
-//! Concurrency limits (issue 31): `ConcurrencyLimiter::try_acquire` + drop against
+//! Concurrency limits: `ConcurrencyLimiter::try_acquire` + drop against
 //! `tokio::sync::Semaphore::try_acquire` + drop, and the keyed limiter's
 //! `try_acquire_key` + drop at 10k keys against the keyed rate check
 //! (`KeyedRateLimiter::check_key`) at 10k keys, in paired rounds (see `benches/README.md`).

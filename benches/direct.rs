@@ -177,7 +177,7 @@ fn on_threads(threads: usize, n: u64, f: impl Fn() + Sync) -> Duration {
 /// The arms of the fault-detector cases.
 const DETECTOR_ARMS: &[&str] = &["tollgate-detector", "tollgate", "floor"];
 
-/// DESIGN §11: direct `check` with the detector attached ≤ 1.25× the floor.
+/// The target: direct `check` with the detector attached ≤ 1.25× the floor.
 const DETECTOR_VS_FLOOR: f64 = 1.25;
 
 /// A bare limiter and one with `FaultDetector::new()` attached (defaults: monotonic clock,
@@ -347,7 +347,7 @@ fn detector_two_threads_denied(s: &Settings, c: &mut criterion::Criterion, repor
 /// The arms of the priority-class case.
 const PRIORITY_ARMS: &[&str] = &["tollgate-class1", "tollgate-class0", "tollgate", "floor"];
 
-/// The classes of issue 5's example: class 1 keeps 20 % of the burst for class 0, class 2
+/// The classes of `Priorities`' own example: class 1 keeps 20 % of the burst for class 0, class 2
 /// keeps 50 %.
 fn priorities() -> Priorities {
     Priorities::new([(0, 0.0), (1, 0.2), (2, 0.5)]).expect("valid priorities")

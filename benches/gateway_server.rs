@@ -1,5 +1,5 @@
 //! Not a criterion bench: the server `benches/wrk.sh` drives with `wrk` to measure what the
-//! gateway layer costs (issue 11). One axum server, a trivial handler (`ok`), on one tokio
+//! gateway layer costs. One axum server, a trivial handler (`ok`), on one tokio
 //! worker thread, in one of three modes:
 //!
 //! * `bare`: no layer;

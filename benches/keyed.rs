@@ -331,7 +331,7 @@ fn two_threads_distinct(
     );
 }
 
-/// DESIGN §11: keyed `check_key` with the detector attached ≤ 1.15× the same limiter without.
+/// The target: keyed `check_key` with the detector attached ≤ 1.15× the same limiter without.
 const DETECTOR_VS_BARE: f64 = 1.15;
 
 /// The same keyed limiter (live keys) twice, one with a fault detector attached, every key
@@ -492,7 +492,7 @@ fn detector_two_threads(
     f.note(report, name);
 }
 
-/// Issue 18: a cohort key's check during a staged rollout ≤ 1.2× a control key's.
+/// The target: a cohort key's check during a staged rollout ≤ 1.2× a control key's.
 #[cfg(feature = "config")]
 const COHORT_VS_CONTROL: f64 = 1.2;
 

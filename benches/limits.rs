@@ -1,4 +1,4 @@
-//! Limits documents at scale (issue 9): loading and validating a ~2 MB document of 25,000
+//! Limits documents at scale: loading and validating a ~2 MB document of 25,000
 //! policies in each format, and the diff of two such documents, as `tollgate diff` and a
 //! reload do them. See `benches/README.md` for the figures.
 //!

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Traffic replay throughput (issue 22): lines per second of CPU time on a generated log of
+# Traffic replay throughput: lines per second of CPU time on a generated log of
 # 2,000,000 lines, replayed against examples/limits/valid.toml with --against tightened.toml,
 # open loop (--clients none, the default), then closed loop (--clients backoff) and with a
 # fleet (--instances 4). CPU time (user + system) from /usr/bin/time, so a loaded machine

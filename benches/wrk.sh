@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Load figures for the gateway layer (issue 11): `benches/gateway_server.rs` with no layer
+# Load figures for the gateway layer: `benches/gateway_server.rs` with no layer
 # ("bare") and with the layer ("keyed", "limits"), driven by wrk on loopback, 1 and 64
 # connections. Two figures per run: requests per second (wall clock: on a shared machine
 # other load moves it a lot), and the server's CPU time per request (the sum of its threads'

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The gateway layer against tower_governor over real sockets (issue 20): wrk on loopback
+# The gateway layer against tower_governor over real sockets: wrk on loopback
 # against `benches/gateway_server.rs` in five modes — bare, tollgate as the README sets it up
 # (`own`: IETF fields, `own_body()`), the same with `HeaderMode::Off` (`own-off`),
 # tower_governor 0.8 keyed by the same header (`governor`) and with `use_headers()`

@@ -1,4 +1,4 @@
-//! Accounting (DESIGN §6 "Cheap and deterministic"): with a fault detector attached, every
+//! Accounting: with a fault detector attached, every
 //! check is counted exactly once, by outcome and reason, under any number of threads; counts
 //! restart per config revision; operator overrides are visible in the verdicts and the counts;
 //! a panicking event callback never stops verdicts. `ManualClock`s throughout: nothing sleeps.

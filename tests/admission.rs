@@ -1,4 +1,4 @@
-//! Frequency-aware admission (issue 20 §3): a flood of one-off keys against a table at its cap
+//! Frequency-aware admission: a flood of one-off keys against a table at its cap
 //! must not take recurring customers' slots while their cells are idle between checks.
 //!
 //! The scenario of the issue, on a `ManualClock`: `max_keys` 10,000; 2,000 recurring customers

@@ -1,4 +1,4 @@
-//! What the admission filter costs in memory (issue 20 §3), measured by a counting global
+//! What the admission filter costs in memory, measured by a counting global
 //! allocator: nothing until the table first reaches its cap, then its budget and no more,
 //! whatever the flood; nothing at all with `Admission::Off`.
 //!

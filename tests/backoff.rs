@@ -1,4 +1,4 @@
-//! Client backoff (DESIGN §8, incidents 000 and 003): every delay stays in its window for every
+//! Client backoff (the retries of incidents 000 and 003): every delay stays in its window for every
 //! attempt and configuration and is never zero; a crowd denied together comes back spread
 //! out; retries are bounded and the sleep function sees exactly the delays; a seed
 //! reproduces the sequence.

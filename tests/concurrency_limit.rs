@@ -1,4 +1,4 @@
-//! Concurrency limits (issue 31): `tollgate::concurrency`. (`tests/concurrency.rs` is the
+//! Concurrency limits: `tollgate::concurrency`. (`tests/concurrency.rs` is the
 //! rate limiter under threads.) Waits run on tokio's paused clock: no real time is slept.
 #![cfg(not(loom))]
 

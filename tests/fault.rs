@@ -1,4 +1,4 @@
-//! Fault-detector scenarios (DESIGN §6), simulated on manual clocks: the detector keeps real
+//! Fault-detector scenarios, simulated on manual clocks: the detector keeps real
 //! time on its own clock, the limiter reads a clock that can lag. Baselines are imported, so
 //! no test has to simulate a day to get one.
 

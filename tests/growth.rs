@@ -1,4 +1,4 @@
-//! The keyed table grows with its live keys (issue 10, item 1): `max_keys` is a cap, not a
+//! The keyed table grows with its live keys: `max_keys` is a cap, not a
 //! reservation. While it grows — buckets split and keys move between buckets under the insert
 //! lock — checks of tracked keys go on lock-free, and no key's state is lost, reset or counted
 //! twice; a quota change racing the growth keeps every key's fill level. `ManualClock`s,

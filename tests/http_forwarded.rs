@@ -1,4 +1,4 @@
-//! The client behind trusted proxies (issue 18, item 1): the key is the right-most untrusted
+//! The client behind trusted proxies: the key is the right-most untrusted
 //! hop, whatever stands to its left. A proxy that appends to `X-Forwarded-For` (as nginx
 //! does) leaves the left part to the client; padding or garbage there must neither fail the
 //! request nor move it to the key every keyless client shares. Empty list elements are

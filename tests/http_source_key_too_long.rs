@@ -1,7 +1,7 @@
 //! A user's own `PolicySource` that cannot take a key (`SourceError::KeyTooLong`, e.g. a
 //! wrapper around a `SharedRateLimiter` that does not forward `max_key_bytes`) is answered as
 //! the client's error: `400 malformed_key`, never a pass-through, with what the other limits
-//! charged given back (issue 18).
+//! charged given back.
 #![cfg(feature = "tower")]
 
 use std::convert::Infallible;

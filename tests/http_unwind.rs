@@ -1,4 +1,4 @@
-//! A request whose judging stops half-way (issue 18, item 3): user code that panics after a
+//! A request whose judging stops half-way: user code that panics after a
 //! limit was charged — a `PolicySource` of the user's own, its refund, a callback while the
 //! request waits in queue mode — or a response future dropped mid-judging (a client that hung
 //! up) leaves no unit charged and no queue slot taken. Callbacks that run before any limit

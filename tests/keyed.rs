@@ -1,4 +1,4 @@
-//! The keyed table (DESIGN §4 "Keyed memory"): bounded by `max_keys` whatever arrives, the
+//! The keyed table: bounded by `max_keys` whatever arrives, the
 //! first `max_keys` live keys always tracked and never reset, newcomers past the cap on the
 //! overflow cell (`DenyReason::KeyTableFull`), idle keys swept so new keys are tracked again.
 
@@ -195,7 +195,7 @@ fn without_an_overflow_quota_the_overflow_cell_follows_set_quota() {
     assert_eq!(lim.len(), 10);
 }
 
-/// DESIGN §4: the first `max_keys` live keys are always tracked, and idle entries are swept
+/// The first `max_keys` live keys are always tracked, and idle entries are swept
 /// "before giving up on a full table". Once every tracked key is idle (here for τ: with
 /// admission on, a newcomer seen once displaces no key idle for less, see
 /// `tests/admission.rs`), the very next new key is the only live key: it must get its own

@@ -1,4 +1,4 @@
-//! Bounds on a limits document (issue 18): at most [`Limits::MAX_POLICIES`] policies, refused as the
+//! Bounds on a limits document: at most [`Limits::MAX_POLICIES`] policies, refused as the
 //! parser meets the one past the cap; at most [`Limits::MAX_ALSO_POLICIES`] policies marked `also`;
 //! at most [`Limits::MAX_LISTED_ERRORS`] errors listed, then a count of the rest — in every format.
 //!

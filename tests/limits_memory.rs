@@ -1,4 +1,4 @@
-//! What a limits document costs in memory (issue 18), measured by a counting global
+//! What a limits document costs in memory, measured by a counting global
 //! allocator: bytes live after [`LimitsHandle::new`] per policy, and the peak while a
 //! document past [`Limits::MAX_POLICIES`] is refused.
 //!

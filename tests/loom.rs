@@ -1,4 +1,4 @@
-//! Model checks of the lock-free core under loom (issue 19): every interleaving of 2–3 threads
+//! Model checks of the lock-free core under loom: every interleaving of 2–3 threads
 //! up to a preemption bound, on the crate's own code (`src/sync.rs` swaps std's atomics and
 //! locks for loom's under `cfg(loom)`).
 //!
@@ -626,7 +626,7 @@ fn refund_races_a_quota_change() {
 }
 
 // ---------------------------------------------------------------------------------------
-// 4. Admission at the cap (issue 20 §3): the filter lives under the insert lock, next to the
+// 4. Admission at the cap: the filter lives under the insert lock, next to the
 //    slot life cycle it decides on.
 // ---------------------------------------------------------------------------------------
 
@@ -667,7 +667,7 @@ fn slot_admission_never_displaces_a_live_key() {
     });
 }
 
-// Concurrency limits (issue 31): `tollgate::concurrency`.
+// Concurrency limits: `tollgate::concurrency`.
 
 use std::num::NonZeroU32;
 

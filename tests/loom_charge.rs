@@ -1,4 +1,4 @@
-//! Model checks of charges (issue 32) under loom: `charge`'s compare-and-swap loop racing
+//! Model checks of charges under loom: `charge`'s compare-and-swap loop racing
 //! checks, a quota change and a key's move in the table. Each invariant fails if a charge and
 //! a check can lose each other's write (a plain store in place of the swap).
 //!

@@ -1,4 +1,4 @@
-//! Several limits per request (issue 11): policies marked `also = true` apply in addition to
+//! Several limits per request: policies marked `also = true` apply in addition to
 //! the most specific one; `LimitsHandle::check_all` checks them all or nothing.
 
 #![cfg(feature = "config")]

@@ -1,4 +1,4 @@
-//! Property tests against the u128 reference GCRA in `common` (DESIGN §4, exactly): random
+//! Property tests against the u128 reference GCRA in `common` (the GCRA rules, exactly): random
 //! quotas, costs, live quota changes and clock schedules must give the same verdict kind, the
 //! same `retry_after` to the nanosecond and the same `remaining`.
 

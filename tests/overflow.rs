@@ -1,4 +1,4 @@
-//! Time arithmetic at the edges (DESIGN §4 "Overflow"): clocks near `u64::MAX` ns, idle gaps
+//! Time arithmetic at the edges: clocks near `u64::MAX` ns, idle gaps
 //! up to 2^63 ns, periods of a day, bursts of `u64::MAX`, costs of 0 and `u64::MAX`. Never a
 //! panic (these run with `overflow-checks = true`), never an unbounded allow; a TAT that
 //! cannot fit is a `ClockOverflow` denial with `retry_after == Duration::MAX`.

@@ -1,4 +1,4 @@
-//! Priority classes (DESIGN §8, incident 003): heartbeats and replica recovery on one byte
+//! Priority classes (incident 003's shared link): heartbeats and replica recovery on one byte
 //! budget, a live 8 → 2 Gbit/s change, class capacities, and the reserve as a property.
 
 use std::time::Duration;
@@ -222,7 +222,7 @@ fn keyed_limiters_apply_classes_per_key() {
     }
 }
 
-/// Issue 9: a reserve of 0.95 on a burst of 10 leaves class 2 half a request. The limits
+/// A reserve of 0.95 on a burst of 10 leaves class 2 half a request. The limits
 /// document rejects it; so does `Priorities::for_quota`, with the same rule and words.
 #[test]
 fn a_reserve_that_leaves_a_class_nothing_is_rejected_for_that_quota() {

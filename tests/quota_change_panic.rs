@@ -1,4 +1,4 @@
-//! `set_quota` is panic-safe (issue 19, section 4): a clock that panics during a quota change
+//! `set_quota` is panic-safe: a clock that panics during a quota change
 //! leaves the limiter as it was — the previous quota published alone, every cell in its scale —
 //! so the next change rescales from the right parameters.
 

@@ -52,7 +52,7 @@ fn limiter(r: &Redis, test: &str, quota: Quota, clock: &ManualClock) -> SharedRa
 const MAX_TAU_US: u128 = SharedRateLimiter::MAX_TAU_MICROS as u128;
 
 /// The spec as the Redis limiter counts it: the same rules with µs as the time unit, derived
-/// from the written parts (DESIGN §4 with P in µs), the burst capped at 2^50 µs of τ.
+/// from the written parts (the GCRA rules with P in µs), the burst capped at 2^50 µs of τ.
 fn micros(s: &Spec) -> Spec {
     let period_us = s.period / 1000;
     let (per, cap) = match s.per {

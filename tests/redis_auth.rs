@@ -1,4 +1,4 @@
-//! Passwords and ACL users (issue 21): a `redis-server` of the test's own with `requirepass`
+//! Passwords and ACL users: a `redis-server` of the test's own with `requirepass`
 //! or ACL users. The right credentials decide; a wrong or missing password is
 //! `BackendError::Authentication`, an ACL user without a command the check needs (or without
 //! its keys) `BackendError::Permission` — at the first check, never fallback verdicts,

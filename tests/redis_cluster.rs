@@ -46,7 +46,7 @@ fn holder(c: &Cluster, key: &[u8]) -> Option<u16> {
     })
 }
 
-/// The bug found from outside (issue 21): a limiter given one node of a cluster took it for a
+/// A former bug: a limiter given one node of a cluster took it for a
 /// standalone server, counted the `MOVED` replies as errors, opened its breaker and answered
 /// 225–290 of 300 customers by the failure policy. Pointed at a master and at a replica, every
 /// one of 300 customers must be decided by Redis.

@@ -1,4 +1,4 @@
-//! The key layout `prefix:policy:{customer}` across deployments (issue 18): a policy name may
+//! The key layout `prefix:policy:{customer}` across deployments: a policy name may
 //! not hold `:`, so two deployments with different prefixes never share a key. No server is
 //! needed: the builder connects lazily and `keys` computes locally.
 #![cfg(feature = "redis")]

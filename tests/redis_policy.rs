@@ -1,4 +1,4 @@
-//! A shared limiter's faults go through its `FailurePolicy`, in the layer too (issue 18): a
+//! A shared limiter's faults go through its `FailurePolicy`, in the layer too: a
 //! reply the script never gives and a script error are backend faults (`Closed` never passes
 //! a request through), and a key over `SharedRateLimiter::MAX_KEY_BYTES` is the client's
 //! error, answered by the layer before any call to Redis.
@@ -169,7 +169,7 @@ fn command(buf: &[u8]) -> Option<(Vec<u8>, usize)> {
 /// `{3, 0}`: "the script refused its arguments", which this client's script never answers.
 const NONSENSE: &[u8] = b"*2\r\n:3\r\n:0\r\n";
 
-/// Issue 18: the script's unexpected reply was `Err(BackendError::Protocol)`, which the layer
+/// A former bug: the script's unexpected reply was `Err(BackendError::Protocol)`, which the layer
 /// passed through whatever the policy. It is a backend fault: the policy answers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unexpected_script_reply_is_answered_by_the_failure_policy() {
@@ -258,7 +258,7 @@ async fn a_script_error_on_a_real_server_is_answered_by_the_failure_policy() {
     assert_eq!(closed_lim.stats().allowed, 2, "Redis decides again");
 }
 
-/// Issue 18: a key over `MAX_KEY_BYTES` (512) reached the source, which answered
+/// A former bug: a key over `MAX_KEY_BYTES` (512) reached the source, which answered
 /// `KeyTooLong`, and the layer passed the request through unlimited. It is the client's
 /// error, like the extractors' own limit: `400 malformed_key`, decided before any call, under
 /// every failure policy. A key of exactly 512 bytes is still judged by Redis.

@@ -1,4 +1,4 @@
-//! A dead Redis is not a slow one (issue 18): a refused, reset or lost connection is counted
+//! A dead Redis is not a slow one: a refused, reset or lost connection is counted
 //! as `refused` (not as a timeout) and answered by the failure policy as soon as the client
 //! reports it, not at the deadline. Servers of the tests' own: one killed with SIGKILL, a
 //! port nothing listens on, a listener that resets every connection.
@@ -61,7 +61,7 @@ fn at_once(latencies: &[Duration]) {
     assert!(median < DEADLINE / 10, "median {median:?}: {latencies:?}");
 }
 
-/// Issue 18: during a kill -9 outage every call was counted as a timeout (16 of 16 in
+/// A former bug: during a kill -9 outage every call was counted as a timeout (16 of 16 in
 /// `redis_faults.rs`'s kill test) and none as an error: the call that found the connection
 /// lost waited, within its deadline, for a reconnect that retried with a backoff.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

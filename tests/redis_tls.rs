@@ -1,4 +1,4 @@
-//! `rediss://` (issue 21): a TLS-only `redis-server` of the test's own with a CA and
+//! `rediss://`: a TLS-only `redis-server` of the test's own with a CA and
 //! certificates made here. The right CA decides as plain Redis does; `#insecure` skips the
 //! check as the `redis` crate documents; a wrong CA, no CA (the platform's roots do not hold
 //! ours) and a missing client certificate are typed errors at the first check — never

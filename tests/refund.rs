@@ -1,4 +1,4 @@
-//! Refunds (issue 11): `RateLimiter::refund` and `KeyedRateLimiter::refund_key` give back a
+//! Refunds: `RateLimiter::refund` and `KeyedRateLimiter::refund_key` give back a
 //! cost admitted earlier — exactly, never beyond a full cell, lock-free against checks, moves
 //! in the key table and quota changes.
 

@@ -1,4 +1,4 @@
-//! `Denied::retry_after_secs` (issue 9): the value of an HTTP `Retry-After` header. Whole
+//! `Denied::retry_after_secs`: the value of an HTTP `Retry-After` header. Whole
 //! seconds rounded up and never 0 (`as_secs()` turned 200 ms into "retry now"), and capped at
 //! `Denied::MAX_RETRY_AFTER_SECS` (one day) so that the `Duration::MAX` of a clock overflow,
 //! or any other wait past a day, never reaches a header.

@@ -1,4 +1,4 @@
-//! Retry budgets (DESIGN §8, incident 003): retries may add only a share of the originals,
+//! Retry budgets (incident 003's retry storm): retries may add only a share of the originals,
 //! peek-step-debit, originals untouched, counted apart, and the incident's retry storm.
 
 use std::time::Duration;
@@ -260,7 +260,7 @@ fn without_a_floor_an_empty_budget_answers_one_period() {
 }
 
 /// `examples/retry_budget.rs`'s one client: 10 originals from others, its own original and
-/// one retry admitted, the next retry denied. Before issue 9 it was told 584 years.
+/// one retry admitted, the next retry denied. It was once told 584 years.
 #[test]
 fn without_a_floor_a_spent_budget_answers_one_period_then_reopens() {
     let clock = ManualClock::new();

@@ -97,7 +97,7 @@ fn a_retry_storm_under_a_budget_stays_within_a_tenth_of_the_originals() {
     assert!(out.min_delay > Duration::ZERO, "no zero delays");
 
     // The busiest 100 ms of retries against the mean rate over [first retry, last retry]:
-    // denied clients must not come back in step (issue 9: it was 8.8× when every client the
+    // denied clients must not come back in step (it was once 8.8× when every client the
     // budget denied learnt the same reopening instant).
     let mut times = out.retry_times.clone();
     times.sort_unstable();

@@ -1,4 +1,4 @@
-//! A staged rollout under concurrency (issue 18): threads race the cohort checks of the same
+//! A staged rollout under concurrency: threads race the cohort checks of the same
 //! keys as they join the cohort — a key's first checks carry its state from the old
 //! document's limiter while others already check it in the new one — on a [`ManualClock`]
 //! that stands still during the race, next to a thread that fills the old document's limiter

@@ -1,4 +1,4 @@
-//! No input may cost quadratic time (issue 9): loading, validating, diffing, checking a
+//! No input may cost quadratic time: loading, validating, diffing, checking a
 //! transition and reloading scale near-linearly in the number of policies and of unknown
 //! names, and a deeply nested or alias-bombed document is refused quickly with a typed error.
 //!

@@ -1,4 +1,4 @@
-//! The seams outside testing broke (issue 9, items 1–4 and 6): a quota change keeps each cell's
+//! The seams that testing as a user broke: a quota change keeps each cell's
 //! fill level, a check racing a change never applies one quota to a cell written under the
 //! other, a pass-through's shadow stays what an enforcing twin says, a clock-fault
 //! pass-through ends on time at low traffic, and every limiter counts its verdicts.

@@ -517,7 +517,7 @@ fn is_send_sync_and_debug() {
     assert!(debug.contains("threshold_pp: 2.0"), "{debug}");
 }
 
-/// Issue 9: `examples/success_rate.rs` printed 96.18 % and 86.92 % for the paid tier, both
+/// A former bug: `examples/success_rate.rs` printed 96.18 % and 86.92 % for the paid tier, both
 /// said to be over the last minute; they were over two different windows. Alerts and
 /// snapshots now say which window their rate is over, and it is that window's rate.
 #[test]

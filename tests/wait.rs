@@ -1,4 +1,4 @@
-//! Async waits (issue 11): `until_ready`, `until_n_ready`, `until_key_ready`,
+//! Async waits: `until_ready`, `until_n_ready`, `until_key_ready`,
 //! `until_key_n_ready` — driven by a `ManualClock` whose "sleep" advances it (no real
 //! sleeping), plus a paused tokio runtime (feature `tokio`).
 

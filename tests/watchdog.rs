@@ -1,4 +1,4 @@
-//! The clock watchdog (DESIGN §6 "Clock watchdog"): a fast clock that stalls, lags or steps
+//! The clock watchdog: a fast clock that stalls, lags or steps
 //! back is caught by comparing its *rate* with a reference over short spans; ordinary drift
 //! never trips it. Attached to a limiter, a fault costs one window of
 //! `PassThrough(ClockFault)` (under the ceiling), after which the limiter enforces again on
@@ -402,7 +402,7 @@ fn keyed_limiter_passes_through_for_one_window_then_enforces_on_the_reference() 
 
 #[test]
 fn a_fast_clock_that_stays_stalled_costs_one_window_of_pass_through_only() {
-    // DESIGN §6: "PassThrough(ClockFault) for one window, the limiter switches to the OS
+    // The rule: "PassThrough(ClockFault) for one window, the limiter switches to the OS
     // clock …, then enforces again". The fast clock is never repaired here: once the
     // limiter reads the reference, the dead fast clock must not keep it passing through.
     let (fast, reference) = (ManualClock::new(), ManualClock::new());

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Mutation census of tollgate's lock-free code (issue 33).
+"""Mutation census of tollgate's lock-free code.
 
 Each mutant is one small, plausible weakening of a lock-free protocol step:
 

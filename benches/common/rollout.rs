@@ -1,5 +1,5 @@
 //! A staged rollout in steady state, for the cohort-check cases of `benches/keyed.rs` and
-//! `benches/ir_per_check.rs` (issue 18): what a cohort key's check costs next to a control
+//! `benches/ir_per_check.rs`: what a cohort key's check costs next to a control
 //! key's, and next to the same check through a [`LimitsHandle`] (no rollout at all).
 //!
 //! Both documents have one policy, `api`, with live keys (1/s, burst 10^9: every check moves

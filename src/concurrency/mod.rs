@@ -1,5 +1,5 @@
 //! Concurrency limits: how many requests may be *in flight* at once, rather than how many may
-//! start per second (issue 31).
+//! start per second.
 //!
 //! * [`ConcurrencyLimiter`]: one counter of permits out against one limit.
 //! * [`KeyedConcurrencyLimiter`]: one counter per key, for at most `max_keys` keys with

@@ -174,7 +174,7 @@ pub enum ConfigErrorKind {
     /// A required field is absent (`schema`, `revision`, `policies`, a policy's `name`,
     /// `match` or `quota`, an acknowledgement's `policy`, `from` or `to`).
     MissingField,
-    /// A field the schema does not know, usually a misspelling (incident 001's misnamed key).
+    /// A field the schema does not know, usually a misspelling (`categroy`).
     UnknownField,
     /// The same field twice in one table (JSON and YAML parsers would keep the last one).
     DuplicateField,

@@ -149,7 +149,7 @@ pub enum SourceError {
     /// degraded, or a [`SharedRateLimiter`](crate::redis::SharedRateLimiter) misconfigured: its
     /// certificate, credentials or ACL). The layer passes the request through,
     /// marked and counted: a limiter that cannot judge must not become the outage
-    /// (incident 000).
+    /// (a limiter on a lagging clock once denied everyone for hours).
     #[error("policy source failed: {0}")]
     Backend(Box<dyn std::error::Error + Send + Sync>),
     /// The key is longer than the source's backend takes (its

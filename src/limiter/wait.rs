@@ -1,4 +1,4 @@
-//! Waiting for capacity (issue 11): [`Wait`], how a limiter's `until_*` methods sleep, and the
+//! Waiting for capacity: [`Wait`], how a limiter's `until_*` methods sleep, and the
 //! loop they share. Runtime-agnostic: the caller hands in the sleep function (the `tokio`
 //! feature adds [`Wait::tokio`] and methods that use it).
 //!

@@ -1,4 +1,4 @@
-//! Limits as code (feature `config`; incident 001): one document in TOML, YAML or JSON that
+//! Limits as code (feature `config`): one document in TOML, YAML or JSON that
 //! names every policy, validated as a whole, compared with the running one before it ships.
 //!
 //! ```toml

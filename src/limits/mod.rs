@@ -1,4 +1,4 @@
-//! Limits as code (feature `config`, incident 001): the limits document with its strict
+//! Limits as code (feature `config`): the limits document with its strict
 //! validation and diffs, hot reload through [`LimitsHandle`], and the
 //! staged [`Rollout`]. Uses the limiters and every layer below them.
 

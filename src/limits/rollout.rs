@@ -1,4 +1,4 @@
-//! Staged rollout (feature `config`; incident 001): a new [`Limits`] document goes to 1 % of
+//! Staged rollout (feature `config`): a new [`Limits`] document goes to 1 % of
 //! keys, then 10 %, then all of them, and halts and reverts by itself when the keys on it are
 //! denied far more broadly than the keys still on the old one.
 

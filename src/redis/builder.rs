@@ -212,7 +212,7 @@ impl SharedRateLimiterBuilder {
         self
     }
 
-    /// Attaches a [`FaultDetector`] (incident 000): every verdict Redis decides for the main
+    /// Attaches a [`FaultDetector`]: every verdict Redis decides for the main
     /// limit is recorded with its key ([`FaultDetector::record_key`]), so a deny storm that the
     /// limiter itself causes trips the detector like an in-memory limiter's would. While the
     /// detector passes traffic through, a quota denial becomes a

@@ -105,7 +105,7 @@ mod tests {
         assert_eq!(key(&a, b"x}y"), b"tg:api:{x%7Dy}".to_vec());
     }
 
-    /// Issue 18: prefix `svc` with policy `a:b` and prefix `svc:a` with policy `b` gave the
+    /// Prefix `svc` with policy `a:b` and prefix `svc:a` with policy `b` once gave the
     /// same keys. With `:` refused in policies (and allowed in prefixes), the part of a key
     /// before its first `{` is `prefix:policy:`, the policy is what stands between its last
     /// two `:`, so a key names one prefix, one policy and one customer.

@@ -1,7 +1,7 @@
 //! A quota in the units the Redis script counts: microseconds, the resolution of the server's
 //! `TIME`.
 //!
-//! The rules are the engine's (DESIGN §4) with the microsecond as the time unit: a request
+//! The rules are the engine's GCRA with the microsecond as the time unit: a request
 //! quota `C/P` has `T = ⌈P/C⌉` µs and `τ = burst·T`; a byte budget weighs `n` bytes
 //! `⌈n·P/C⌉` µs and has `τ = ⌈burst·P/C⌉`. (`⌈⌈P/C⌉ ns / 1000⌉ = ⌈P/C⌉ µs`, so `T` is the
 //! quota's own interval rounded up to whole µs: the effective rate never exceeds the written

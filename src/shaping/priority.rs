@@ -1,4 +1,4 @@
-//! Priority classes (DESIGN §8, incident 003): classes share one cell, and each class keeps a
+//! Priority classes: classes share one cell, and each class keeps a
 //! share of the burst in reserve for the classes above it.
 //!
 //! A class `c` with reserve `r_c` sees the tolerance `τ_c = ⌊τ·(1 − r_c)⌋` on the cell's own

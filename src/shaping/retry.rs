@@ -1,4 +1,4 @@
-//! Retry budgets (DESIGN §8, incident 003): retries may add only a share of the originals.
+//! Retry budgets: retries may add only a share of the originals.
 //! The client-side half, [`Backoff`], is in `retry/backoff.rs`.
 
 mod backoff;
@@ -66,7 +66,7 @@ const MAX_RATIO: f64 = 1_000.0;
 /// * Under concurrency, retries that peek the last unit of budget at the same instant may all
 ///   pass: the overshoot is at most the number of threads checking at once.
 /// * One budget per limiter: on a [`KeyedRateLimiter`](crate::KeyedRateLimiter) all keys
-///   share it. Per-key budgets are not built yet (issue #5).
+///   share it. Per-key budgets are not built yet.
 /// * The spread is a schedule, not a reservation: when the window has denied more retries
 ///   than it allows (`k ≥ c`), several are told the same slot, and all but one of them will
 ///   be denied again (and told a later slot).

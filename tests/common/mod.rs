@@ -1,5 +1,5 @@
 //! Shared by the integration tests: quota strings built from their parts, and a reference GCRA
-//! in u128 that implements DESIGN §4 directly from those parts (never from the crate's own
+//! in u128 that implements the GCRA rules directly from those parts (never from the crate's own
 //! parameters), in the spirit of memchr's `naive.rs`.
 #![allow(dead_code)]
 
@@ -8,7 +8,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 use tollgate::{DenyReason, InsufficientCapacity, Quota, Verdict};
 
-/// τ is clamped to this (DESIGN §4): the burst is reduced to the largest that fits.
+/// τ is clamped to this: the burst is reduced to the largest that fits.
 pub const MAX_TAU: u128 = 1 << 62;
 /// The largest TAT a cell may hold (`u64::MAX` itself is reserved by the implementation).
 pub const MAX_TAT: u128 = u64::MAX as u128 - 1;
@@ -221,7 +221,7 @@ impl Obs {
 /// The `retry_after` of a clock-overflow denial, in ns.
 pub const OVERFLOW_RETRY: u128 = Duration::MAX.as_nanos();
 
-/// The reference cell: one TAT in u128 and the DESIGN §4 step, nothing else.
+/// The reference cell: one TAT in u128 and the GCRA step, nothing else.
 #[derive(Clone, Debug)]
 pub struct Model {
     pub spec: Spec,

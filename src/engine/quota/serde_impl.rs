@@ -2,8 +2,8 @@
 //! deserializes from that string or from a table `{ rate = "100/s", burst = 250 }`.
 //!
 //! The visitor takes numbers on purpose: a bare number (`quota = 10`) is the unit going
-//! missing (incident 001), so it gets the missing-unit message with its hint rather than
-//! serde's generic "invalid type".
+//! missing (as when a push turned `10/s` into `10`, read as `10/min`), so it gets the
+//! missing-unit message with its hint rather than serde's generic "invalid type".
 
 use core::fmt;
 

@@ -1,5 +1,5 @@
 //! Durations in a limits document (a retry budget's `period`): an integer with its unit,
-//! never a bare number — the same rule as quotas (incident 001).
+//! never a bare number — the same rule as quotas (a dropped unit once read `10/s` as `10/min`).
 //!
 //! Grammar: `<count><unit>`, ASCII, no sign, no leading zero, no spaces, no fraction; units
 //! `ms`, `s`, `min`, `h`, `d`. `m` is rejected on purpose (minute or milli?), as in quotas.

@@ -1,7 +1,7 @@
 //! The schema's field names, in one place, and the checks on names, routes and quotas that
 //! the validator applies to single values.
 //!
-//! A policy's priority `classes` and `retry_budget` (incident 003) are walked in
+//! A policy's priority `classes` and `retry_budget` are walked in
 //! `validate/traffic.rs`; their durations are read by `duration.rs`.
 
 use super::path::Path;

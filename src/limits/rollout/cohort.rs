@@ -75,7 +75,7 @@ mod tests {
 
     #[test]
     fn keeps_the_outputs_of_the_hand_written_implementation() {
-        // Until issue 18 this module had its own SipHash-1-3; these are its outputs under the
+        // Before `siphasher`, this module had its own SipHash-1-3; these are its outputs under the
         // specification's test key 00 01 … 0f (k0 = 0x0706…00, k1 = 0x0f0e…08) over the
         // inputs 00 01 02 … (n − 1): every key keeps its cohort under every seed.
         let expected: [(usize, u64); 10] = [

@@ -119,7 +119,7 @@ fn a_lost_probe_does_not_keep_it_open_forever() {
     assert!(is_probe(b.permit(400 * MS)));
 }
 
-/// Issue 18: a call let through while the breaker was closed, answering within its
+/// A former bug: a call let through while the breaker was closed, answering within its
 /// deadline after the breaker opened, closed it — during the outage that opened it.
 #[test]
 fn a_late_success_of_a_call_let_through_while_closed_leaves_it_open() {

@@ -1,4 +1,4 @@
-//! Client-side backoff (DESIGN §8): exponential delays with full jitter, a denial-aware delay
+//! Client-side backoff: exponential delays with full jitter, a denial-aware delay
 //! that keeps denied clients from coming back in lockstep, and helpers that run an operation
 //! with a bounded number of retries.
 //!

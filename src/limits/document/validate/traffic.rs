@@ -1,4 +1,4 @@
-//! The validator's walk over a policy's priority `classes` and `retry_budget` (incident 003).
+//! The validator's walk over a policy's priority `classes` and `retry_budget`.
 
 use super::Walk;
 use crate::engine::error::{ConfigErrorKind as Kind, Quoted};
