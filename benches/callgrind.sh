@@ -3,6 +3,9 @@
 #
 #   benches/callgrind.sh                 # every case
 #   benches/callgrind.sh tollgate-keyed-10k floor-keyed-10k
+#   benches/callgrind.sh tollgate-direct-allowed tollgate-direct-denied \
+#       tollgate-direct-manual-allowed tollgate-direct-manual-denied loop-verdict
+#                                        # the direct check, monotonic and manual clocks
 #   benches/callgrind.sh tollgate-detector-direct-allowed tollgate-detector-direct-denied \
 #       tollgate-detector-keyed-10k      # with a FaultDetector attached
 #   benches/callgrind.sh tollgate-direct-check-with tollgate-priority-direct-class1 \
@@ -17,7 +20,9 @@
 # under callgrind twice, with N1 and N2 checks, collecting only inside
 # `measured` (the timed loop), and prints (Ir(N2) − Ir(N1)) / (N2 − N1): the instructions one
 # more check costs, loop bookkeeping included (the `loop-overhead` row is that bookkeeping
-# alone). N1, N2 are multiples of the 10k keys so the keyed rows cover whole passes.
+# alone; `loop-verdict` is the same loop handing on a verdict read through `black_box`, so a
+# direct row less `loop-verdict` is what the call itself costs). N1, N2 are multiples of the
+# 10k keys so the keyed rows cover whole passes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -36,6 +36,8 @@ use settle::settle;
 const CASES: &[&str] = &[
     "tollgate-direct-allowed",
     "tollgate-direct-denied",
+    "tollgate-direct-manual-allowed",
+    "tollgate-direct-manual-denied",
     "tollgate-direct-check-n5",
     "tollgate-keyed-10k",
     "tollgate-detector-direct-allowed",
@@ -57,6 +59,7 @@ const CASES: &[&str] = &[
     "floor-direct-check-n1",
     "floor-keyed-10k",
     "loop-overhead",
+    "loop-verdict",
 ];
 
 /// Cases that need the `config` feature (`FEATURES=config benches/callgrind.sh …`): a staged
@@ -81,6 +84,8 @@ fn nz(n: u32) -> NonZeroU32 {
 }
 
 /// The collected region: `n` calls of `check`, each result kept alive through `black_box`.
+/// The direct cases call through `black_box(&lim)`, so that nothing of the limiter can be
+/// read once and kept across the loop: each call loads what a user's call loads.
 #[inline(never)]
 fn measured<T>(n: u64, mut check: impl FnMut(u64) -> T) {
     let mut key = 0;
@@ -110,15 +115,27 @@ fn run(case: &str, n: u64) -> bool {
             let lim = RateLimiter::new(Quota::per_second(nz(HUGE)));
             warm(|_| lim.check());
             if case.ends_with("n5") {
-                measured(n, |_| lim.check_n(black_box(5)));
+                measured(n, |_| black_box(&lim).check_n(black_box(5)));
             } else {
-                measured(n, |_| lim.check());
+                measured(n, |_| black_box(&lim).check());
             }
         }
         "tollgate-direct-denied" => {
             let lim = RateLimiter::new("1/h".parse().expect("valid quota"));
             warm(|_| lim.check());
-            measured(n, |_| lim.check());
+            measured(n, |_| black_box(&lim).check());
+        }
+        "tollgate-direct-manual-allowed" | "tollgate-direct-manual-denied" => {
+            // A test's setup: a `ManualClock`, never advanced (a burst of 10^9 admits every
+            // check; "1/h" denies every check after the first).
+            let q = if case.ends_with("allowed") {
+                Quota::per_second(nz(HUGE))
+            } else {
+                "1/h".parse().expect("valid quota")
+            };
+            let lim = RateLimiter::builder(q).clock(ManualClock::new()).build();
+            warm(|_| lim.check());
+            measured(n, |_| black_box(&lim).check());
         }
         "tollgate-keyed-10k" => {
             let lim = KeyedRateLimiter::<u64>::new(live.0);
@@ -203,15 +220,15 @@ fn run(case: &str, n: u64) -> bool {
             let lim = GovernorLimiter::direct(GQuota::per_second(nz(HUGE)));
             warm(|_| lim.check());
             if case.ends_with("n5") {
-                measured(n, |_| lim.check_n(black_box(nz(5))));
+                measured(n, |_| black_box(&lim).check_n(black_box(nz(5))));
             } else {
-                measured(n, |_| lim.check());
+                measured(n, |_| black_box(&lim).check());
             }
         }
         "governor-direct-denied" => {
             let lim = GovernorLimiter::direct(GQuota::per_hour(nz(1)));
             warm(|_| lim.check());
-            measured(n, |_| lim.check());
+            measured(n, |_| black_box(&lim).check());
         }
         "governor-keyed-10k" => {
             let lim = GovernorLimiter::keyed(live.1);
@@ -222,20 +239,20 @@ fn run(case: &str, n: u64) -> bool {
             let lim = Floor::new(HUGE.into(), NS_PER_S, HUGE.into());
             warm(|_| lim.check());
             if case.ends_with("n5") {
-                measured(n, |_| lim.check_n(black_box(5)));
+                measured(n, |_| black_box(&lim).check_n(black_box(5)));
             } else {
-                measured(n, |_| lim.check());
+                measured(n, |_| black_box(&lim).check());
             }
         }
         "floor-direct-check-n1" => {
             let lim = Floor::new(HUGE.into(), NS_PER_S, HUGE.into());
             warm(|_| lim.check_n(black_box(1)));
-            measured(n, |_| lim.check_n(black_box(1)));
+            measured(n, |_| black_box(&lim).check_n(black_box(1)));
         }
         "floor-direct-denied" => {
             let lim = Floor::new(1, NS_PER_H, 1);
             warm(|_| lim.check());
-            measured(n, |_| lim.check());
+            measured(n, |_| black_box(&lim).check());
         }
         "floor-keyed-10k" => {
             let lim = KeyedFloor::new(KEYS as usize, 1, NS_PER_S, HUGE.into());
@@ -243,6 +260,16 @@ fn run(case: &str, n: u64) -> bool {
             measured(n, |k| lim.check_key(k));
         }
         "loop-overhead" => measured(n, |k| k),
+        // The loop around a check without the check: a verdict (an allowance, the largest)
+        // read through `black_box` and handed on as a check's is. The `tollgate-direct-*`
+        // rows less this one are what the calls themselves cost.
+        "loop-verdict" => {
+            let v = RateLimiter::builder(Quota::per_second(nz(HUGE)))
+                .clock(ManualClock::new())
+                .build()
+                .check();
+            measured(n, |_| *black_box(&v));
+        }
         #[cfg(feature = "config")]
         "tollgate-rollout-cohort" | "tollgate-rollout-control" | "tollgate-handle-10k" => {
             let f = rollout::Fixture::new(KEYS as usize);
