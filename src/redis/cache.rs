@@ -214,7 +214,10 @@ mod tests {
             "expired at the unit's retry time"
         );
         assert_eq!(c.len(), 0);
-        assert_eq!(c.lookup(b"other", &[10], 0), Cached::Ask(ask(&c, b"other", &[], 0)));
+        assert_eq!(
+            c.lookup(b"other", &[10], 0),
+            Cached::Ask(ask(&c, b"other", &[], 0))
+        );
     }
 
     #[test]
@@ -239,7 +242,11 @@ mod tests {
         let before = ask(&c, b"k", &[10], 0);
         c.forget(b"k");
         c.remember(0, b"k", (100, 100, 10), 0, before);
-        assert_eq!(c.len(), 0, "a denial Redis may have decided before the refund");
+        assert_eq!(
+            c.len(),
+            0,
+            "a denial Redis may have decided before the refund"
+        );
         assert_ne!(ask(&c, b"k", &[10], 0), before);
         // A check that read the epoch after the forget is remembered.
         let after = ask(&c, b"k", &[10], 0);
