@@ -1,8 +1,9 @@
 //! Refunds, charges and resets of a shared limiter against a real `redis-server` on loopback:
 //! exact against the script's GCRA, debt capped and waited out with an exact retry-after, a
 //! key in debt whose TTL covers the debt, a call sent twice applied once, a call that cannot
-//! reach Redis counted and given to the local fallback, and a leased customer's cells
-//! dropped before its refund.
+//! reach Redis counted and given to the local fallback, a leased customer's cells dropped
+//! before its refund, and refunds racing this instance's own checks, each giving back exactly
+//! one unit (the deny cache keeps no denial Redis decided before a refund).
 #![cfg(all(feature = "redis", not(loom)))]
 
 #[path = "common/redis_server.rs"]
@@ -387,4 +388,82 @@ fn debt_stays_exact_at_the_scripts_maxima() {
     // A check of one unit of 1 µs now waits exactly the debt plus that µs past τ.
     let denied = eval(&mut con, &[&cell], "1", 1);
     assert_eq!(denied, [1, now as i64, (2 * tau + 1) as i64, 0]);
+}
+
+/// How many rounds a race test runs: `TOLLGATE_RACE_ROUNDS` (CI runs 20), else 3.
+fn race_rounds() -> u32 {
+    match std::env::var("TOLLGATE_RACE_ROUNDS") {
+        Ok(v) => v
+            .parse()
+            .unwrap_or_else(|_| panic!("TOLLGATE_RACE_ROUNDS={v:?} is not a count of rounds")),
+        Err(_) => 3,
+    }
+}
+
+#[test]
+fn refunds_racing_checks_each_give_back_exactly_one_unit() {
+    let Some(r) = shared("settle_race") else {
+        return;
+    };
+    // A frozen clock: nothing refills, so every unit admitted after the drain is a refund's.
+    let clock = ManualClock::new();
+    let p = prefix("settle_race");
+    let make = |cache| {
+        build(
+            builder(&r, "settle_race", "10/min;burst=10", &clock)
+                .prefix(&p)
+                .deny_cache(cache),
+        )
+    };
+    let lim = make(4096);
+    // Another instance, with no deny cache: what Redis itself holds.
+    let redis_view = make(0);
+    let rounds = race_rounds();
+    let mut short = Vec::new();
+    for round in 0..rounds {
+        let key = format!("c{round}");
+        for _ in 0..10 {
+            assert!(check(&lim, &key).is_permitted());
+        }
+        // 5 refunds among 35 checks, all in flight at once on two worker threads.
+        let during: u32 = rt().block_on(async {
+            let tasks: Vec<_> = (0..40)
+                .map(|i| {
+                    let (lim, key) = (lim.clone(), key.clone());
+                    tokio::spawn(async move {
+                        if i % 8 == 7 {
+                            let _ = applied(lim.refund_key(&key, 1).await.unwrap());
+                            0
+                        } else {
+                            u32::from(lim.check_key(&key).await.unwrap().is_permitted())
+                        }
+                    })
+                })
+                .collect();
+            let mut n = 0;
+            for t in tasks {
+                n += t.await.unwrap();
+            }
+            n
+        });
+        // Whatever the race left, this instance admits it now: a stale cached denial would not.
+        let mut after = 0;
+        while after < 10 && check(&lim, &key).is_permitted() {
+            after += 1;
+        }
+        if during + after != 5 {
+            let held = rt().block_on(redis_view.peek_key(&key)).unwrap();
+            short.push(format!(
+                "round {round}: {during} admitted in the race and {after} after it; \
+                 Redis itself: {held:?}"
+            ));
+        }
+    }
+    assert!(
+        short.is_empty(),
+        "{} of {rounds} rounds did not admit exactly the 5 refunded units:\n{}",
+        short.len(),
+        short.join("\n")
+    );
+    assert_eq!(lim.stats().refunds, u64::from(5 * rounds));
 }

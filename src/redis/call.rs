@@ -160,8 +160,9 @@ impl Guard<'_> {
                     Err(e) if conn::is_cluster_reply(&e) => {
                         backend.to_cluster().map_err(Attempt::Config)?
                     }
-                    Err(e) if conn::is_select_refused(&e) => {
-                        return Err(Attempt::Config(backend.no_cluster()));
+                    Err(e) if conn::select_refused(&e).is_some() => {
+                        let refused = conn::select_refused(&e);
+                        return Err(Attempt::Config(backend.no_cluster(refused)));
                     }
                     other => return other.map_err(Attempt::Redis),
                 }

@@ -231,7 +231,7 @@ impl Backend {
         let client = self
             .cluster_client
             .as_ref()
-            .map_err(|_| self.no_cluster())?;
+            .map_err(|_| self.no_cluster(None))?;
         #[cfg(feature = "tracing")]
         tracing::info!(
             target: "tollgate::redis",
@@ -245,11 +245,19 @@ impl Backend {
         Ok(con)
     }
 
-    /// Why these URLs cannot reach a cluster, as the error a check returns.
-    pub(crate) fn no_cluster(&self) -> BackendError {
-        BackendError::Cluster(match &self.cluster_client {
+    /// Why these URLs cannot reach a cluster, as the error a check returns (`refused`: how a
+    /// server refused the URL's database, if that is how it showed).
+    pub(crate) fn no_cluster(&self, refused: Option<SelectRefused>) -> BackendError {
+        let why = match &self.cluster_client {
             Err(why) => why.clone(),
             Ok(_) => "a cluster node refused the connection's setup".to_owned(),
+        };
+        BackendError::Cluster(match refused {
+            Some(SelectRefused::OutOfRange) => format!(
+                "{why}; the server has no such database (DB index is out of range), as a \
+                 valkey cluster node or a server with fewer databases answers"
+            ),
+            _ => why,
         })
     }
 
@@ -308,12 +316,28 @@ fn now_ns() -> u64 {
     crate::engine::clock::Clock::os().now_nanos()
 }
 
-/// `true` for the error a cluster node answers to `SELECT` (a one-server connection with a
-/// database other than 0 in its URL, set up on a cluster node): no check can ever succeed on
-/// it, so it is a configuration error, not a fault.
-pub(crate) fn is_select_refused(e: &RedisError) -> bool {
-    e.to_string()
-        .contains("SELECT is not allowed in cluster mode")
+/// How a server refused the `SELECT` of a one-server connection whose URL names a database
+/// other than 0: no check can ever succeed on it, so it is a configuration error, not a fault.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SelectRefused {
+    /// A Redis cluster node: `ERR SELECT is not allowed in cluster mode`.
+    Cluster,
+    /// `ERR DB index is out of range`: what a Valkey cluster node answers (Valkey 9.1, with
+    /// the default `cluster-databases 1`), and any server asked for a database past its
+    /// `databases` count. The two say the same words, so the error names both.
+    OutOfRange,
+}
+
+/// How `e` refused a `SELECT`, if it is such a refusal.
+pub(crate) fn select_refused(e: &RedisError) -> Option<SelectRefused> {
+    let text = e.to_string();
+    if text.contains("SELECT is not allowed in cluster mode") {
+        Some(SelectRefused::Cluster)
+    } else if text.contains("DB index is out of range") {
+        Some(SelectRefused::OutOfRange)
+    } else {
+        None
+    }
 }
 
 /// `true` for a reply only a cluster node gives: a redirection, `TRYAGAIN`, or `CLUSTERDOWN`.
@@ -330,4 +354,23 @@ pub(crate) fn is_routing(e: &RedisError) -> bool {
             ServerErrorKind::Moved | ServerErrorKind::Ask | ServerErrorKind::TryAgain
         )
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_select_is_told_in_redis_and_valkey_words() {
+        let err = |detail: &str| redis::make_extension_error("ERR".into(), Some(detail.into()));
+        assert_eq!(
+            select_refused(&err("SELECT is not allowed in cluster mode")),
+            Some(SelectRefused::Cluster)
+        );
+        assert_eq!(
+            select_refused(&err("DB index is out of range")),
+            Some(SelectRefused::OutOfRange)
+        );
+        assert_eq!(select_refused(&err("unknown command 'SELECT'")), None);
+    }
 }

@@ -3,6 +3,7 @@
 //! decide.
 
 use super::builder::FailurePolicy;
+use super::cache::{Cached, Epoch};
 use super::call::{Called, Guard};
 use super::error::BackendError;
 use super::key::MAX_KEY_BYTES;
@@ -70,13 +71,20 @@ impl SharedRateLimiter {
             sent: false,
             answered: false,
         });
-        if n > 0 {
-            let ws: Vec<u64> = args.iter().map(|a| a.0).collect();
-            if let Some(retry) = inner.cache.lookup(key, &ws, local_now) {
+        // A cost of 0 reports what remains: Redis answers it, the cache only gives the epoch.
+        let ws: Vec<u64> = match n {
+            0 => Vec::new(),
+            _ => args.iter().map(|a| a.0).collect(),
+        };
+        // Read before the call is sent: a denial is remembered only if no settle of this
+        // instance forgot the key since (see `cache.rs`).
+        let epoch = match inner.cache.lookup(key, &ws, local_now) {
+            Cached::Denied(retry) => {
                 bump(&inner.counters.denied_cached, 1);
                 return Ok(deny_us(retry, DenyReason::Quota));
             }
-        }
+            Cached::Ask(epoch) => epoch,
+        };
         let now = match &inner.clock {
             Some(c) => {
                 let us = c.now_nanos() / 1000;
@@ -120,7 +128,8 @@ impl SharedRateLimiter {
                 if let Some(s) = &mut settle {
                     s.answered = true;
                 }
-                Ok(self.verdict(key, (&limits, &args), reply, local_now, ask.as_ref()))
+                let sent = (local_now, epoch);
+                Ok(self.verdict(key, (&limits, &args), reply, sent, ask.as_ref()))
             }
             Called::Rejected => {
                 if let Some(s) = &mut settle {
@@ -132,14 +141,14 @@ impl SharedRateLimiter {
         }
     }
 
-    /// The verdict for the script's reply to a check (or to the lease call `ask`),
-    /// remembering denials in the deny cache.
+    /// The verdict for the script's reply to a check (or to the lease call `ask`) sent at
+    /// `local_now` after the deny cache gave `epoch`, remembering denials in the deny cache.
     fn verdict(
         &self,
         key: &[u8],
         (limits, args): (&[Limit], &[(u64, u64)]),
         reply: Reply,
-        local_now: u64,
+        (local_now, epoch): (u64, Epoch),
         ask: Option<&Ask>,
     ) -> Verdict {
         let inner = &*self.inner;
@@ -194,9 +203,8 @@ impl SharedRateLimiter {
                 retry = retry.max(a - tau);
                 // Denied, so the TAT is ahead of now by a − w.
                 let unit = l.weight(1).unwrap_or(tau);
-                inner
-                    .cache
-                    .remember(i, key, local_now + (a - w), tau, unit, local_now);
+                let bound = (local_now + (a - w), tau, unit);
+                inner.cache.remember(i, key, bound, local_now, epoch);
             }
         }
         deny_us(retry, DenyReason::Quota)

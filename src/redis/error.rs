@@ -185,11 +185,14 @@ impl BackendError {
                 Some(Self::Authentication(cut(&text)))
             }
             (_, Some("NOPERM")) => Some(Self::Permission(cut(&text))),
-            // The ACL refusing a command inside the script (Redis 7.0 answers `ERR The user
-            // executing the script can't run this command…`, or `…can't access at least one
-            // of the keys…`), or SELECT refused at connect (`no permissions to run the
-            // 'select' command`, without its code).
+            // The ACL refusing a command inside the script: Redis 7.0 answers `ERR The user
+            // executing the script can't run this command…` or `…can't access at least one
+            // of the keys…`; Valkey 9.1 `ERR ACL failure in script: User u has no permissions
+            // to run the 'set' command…` or `…: No permissions to access a key…`. Or SELECT
+            // refused at connect (`no permissions to run the 'select' command`, without its
+            // code).
             _ if text.contains("user executing the script can't")
+                || text.contains("ACL failure in script")
                 || text.contains("no permissions to") =>
             {
                 Some(Self::Permission(cut(&text)))
@@ -329,6 +332,37 @@ mod tests {
             e.to_string().starts_with("redis permission denied: "),
             "{e}"
         );
+    }
+
+    #[test]
+    fn the_acl_inside_the_script_is_a_permission_error_in_redis_and_valkey_words() {
+        for detail in [
+            // Redis 7.0
+            "The user executing the script can't run this command or subcommand script: 8c…",
+            "The user executing the script can't access at least one of the keys mentioned in \
+             the command arguments script: 73…",
+            // Valkey 9.1
+            "ACL failure in script: User lim has no permissions to run the 'set' command \
+             script: on @user_script:1.",
+            "ACL failure in script: No permissions to access a key script: on @user_script:1.",
+        ] {
+            let e = redis::make_extension_error("ERR".into(), Some(detail.into()));
+            assert!(
+                matches!(
+                    BackendError::misconfiguration(&e),
+                    Some(BackendError::Permission(_))
+                ),
+                "{e}"
+            );
+        }
+        let oom = redis::make_extension_error(
+            "OOM".into(),
+            Some(
+                "command not allowed when used memory > 'maxmemory'. script: on @user_script:1."
+                    .into(),
+            ),
+        );
+        assert!(BackendError::misconfiguration(&oom).is_none(), "an outage");
     }
 
     #[test]

@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use super::builder::{FailurePolicy, SharedRateLimiterBuilder};
+use super::cache::DenyCache;
 use super::call::{Called, Guard};
 use super::error::BackendError;
 use super::key::MAX_KEY_BYTES;
@@ -220,7 +221,10 @@ impl SharedRateLimiter {
                 bump(&inner.counters.cells_lapsed, leases.forget(key));
             }
         }
-        inner.cache.forget(key);
+        // Forgets the key now and again when the settle ends, however it ends (a reply, a
+        // fault, the deadline, this future dropped while the call is out): a check that read
+        // the cache's epoch after the first forget may still reach Redis before this call.
+        let _forget = Forget::new(&inner.cache, key);
         let now = inner.clock.as_ref().map(|c| c.now_nanos() / 1000);
         if now.is_some_and(|us| us > MAX_NOW_US) {
             // A client clock past the script's range: no step can be taken (a check denies).
@@ -324,6 +328,25 @@ impl SharedRateLimiter {
                 Op::Reset => local.reset_key(key),
             }
         }
+    }
+}
+
+/// The deny cache's forgets of a settled key: one when made, one when dropped.
+struct Forget<'a> {
+    cache: &'a DenyCache,
+    key: &'a [u8],
+}
+
+impl<'a> Forget<'a> {
+    fn new(cache: &'a DenyCache, key: &'a [u8]) -> Self {
+        cache.forget(key);
+        Self { cache, key }
+    }
+}
+
+impl Drop for Forget<'_> {
+    fn drop(&mut self) {
+        self.cache.forget(self.key);
     }
 }
 
