@@ -188,7 +188,7 @@ pub mod http;
 
 pub use engine::check::Check;
 pub use engine::clock::{Clock, ManualClock};
-pub use engine::error::{InsufficientCapacity, QuotaError, QuotaErrorKind};
+pub use engine::error::{ClockError, InsufficientCapacity, QuotaError, QuotaErrorKind};
 pub use engine::quota::Quota;
 pub use engine::stats::Stats;
 pub use engine::verdict::{Allowed, Denied, DenyReason, PassReason, PassThrough, Shadow, Verdict};

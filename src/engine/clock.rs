@@ -12,129 +12,23 @@
 use crate::sync::atomic::{AtomicU64, Ordering};
 use core::fmt;
 use core::time::Duration;
-use std::sync::{Arc, OnceLock};
-use std::time::Instant;
+use std::sync::Arc;
 
+use crate::engine::error::ClockError;
 use crate::sync::Mutex;
 
-/// The process-wide epoch, captured once on both the fast (TSC) clock and the OS clock.
-struct Epoch {
-    fast: quanta::Clock,
-    fast_origin: u64,
-    /// quanta's scale as a multiplier of 2^-[`SCALE_SHIFT`] ns per raw tick, when that
-    /// reproduces quanta's own conversion exactly (see [`scale_of`]); else `None`, and the
-    /// conversion is quanta's.
-    scale: Option<u64>,
-    os_origin: Instant,
-}
+// The epoch and the fast clock read quanta's clock and `std::time::Instant`. On
+// wasm32-unknown-unknown the standard library has no time (`Instant::now` panics: "time not
+// implemented on this platform") and quanta would need a JavaScript host: there both types
+// are empty, and the built-in clocks are a `ClockError`.
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
+mod epoch;
+#[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+#[path = "clock/no_epoch.rs"]
+mod epoch;
 
-/// The fixed shift of the fast clock's conversion: `ns = (ticks · scale) >> 48`.
-const SCALE_SHIFT: u32 = 48;
-
-/// quanta converts `d` ticks to `⌊d·F / 2^S⌋` ns (`F`, `S` from its calibration, `S` about
-/// 30). Its value at `d = 2^48` is `F·2^(48−S)` when `S ≤ 48`, and then `⌊d·that / 2^48⌋`
-/// is `⌊d·F / 2^S⌋` for every `d`: the same reading with a constant shift instead of quanta's
-/// dispatch on its clock type, its stored shift and its `end ≤ start` test. Checked on a
-/// spread of deltas before it is used; `None` if any differs.
-fn scale_of(fast: &quanta::Clock) -> Option<u64> {
-    let scale = fast.delta_as_nanos(0, 1 << SCALE_SHIFT);
-    let probes = (0..64).flat_map(|k| [1u64 << k, (1u64 << k) - 1, (1u64 << k) + 12_345]);
-    probes
-        .chain([u64::MAX, 0x1234_5678_9abc_def0])
-        .all(|d| scaled(d, scale) == fast.delta_as_nanos(0, d))
-        .then_some(scale)
-}
-
-/// `⌊d·scale / 2^48⌋`, truncated to 64 bits as quanta truncates.
-#[inline(always)]
-fn scaled(d: u64, scale: u64) -> u64 {
-    // Truncation as quanta's `mul_div_po2_u64`.
-    ((u128::from(d) * u128::from(scale)) >> SCALE_SHIFT) as u64
-}
-
-fn epoch() -> &'static Epoch {
-    static EPOCH: OnceLock<Epoch> = OnceLock::new();
-    EPOCH.get_or_init(|| {
-        let fast = quanta::Clock::new();
-        let fast_origin = fast.raw();
-        Epoch {
-            // The fast path reads `ns − origin_nanos` without saturating (see
-            // `FastClock::wrapped`): it needs the origin below 2^62 ns of the raw clock (146
-            // years of uptime). Else quanta's conversion, as for an inexact scale.
-            scale: scale_of(&fast)
-                .filter(|&s| scaled(fast_origin, s) < crate::engine::params::STEADY_NOW),
-            fast,
-            fast_origin,
-            os_origin: Instant::now(),
-        }
-    })
-}
-
-/// [`Clock::monotonic`] without the dispatch, when its conversion has a fixed shift
-/// ([`scale_of`]). The epoch's words are copied in, so a read loads nothing but them.
-///
-/// It converts the raw reading and the origin each from ticks and subtracts the two:
-/// `⌊raw·scale / 2^48⌋ − ⌊origin·scale / 2^48⌋`, where quanta's `delta_as_nanos(origin, raw)`
-/// converts the difference. The two agree to within 1 ns; this one subtracts a constant in
-/// nanoseconds after the multiply, which the fast path folds into one instruction
-/// ([`now_for_step`](Self::now_for_step)). Every reading of the fast clock in the process is
-/// this one, so all of them stay monotonic together.
-#[derive(Clone, Copy)]
-pub(crate) struct FastClock {
-    fast: &'static quanta::Clock,
-    /// `⌊origin·scale / 2^48⌋`: the epoch in the raw clock's nanoseconds.
-    origin_nanos: u64,
-    scale: u64,
-}
-
-impl FastClock {
-    fn of(e: &'static Epoch, scale: u64) -> Self {
-        Self {
-            fast: &e.fast,
-            origin_nanos: scaled(e.fast_origin, scale),
-            scale,
-        }
-    }
-
-    /// The reading, as [`Clock::now_nanos`]: 0 for a raw reading at or before the origin.
-    #[inline(always)]
-    pub(crate) fn now_nanos(self) -> u64 {
-        self.saturated(self.fast.raw())
-    }
-
-    /// The reading for a check's fast path: as [`now_nanos`](Self::now_nanos), but above
-    /// 2^62 for a raw reading before the origin (a TSC behind the one the epoch was read on),
-    /// so the fast path's bound ([`STEADY_NOW`](crate::engine::params::STEADY_NOW)) sends it
-    /// to the general check, whose own reading saturates to 0. No branch and no select for
-    /// the saturation.
-    ///
-    /// By reference, unlike the other reads: the scale and the origin are then read after the
-    /// call into quanta, as operands of the multiply and the subtraction, rather than loaded
-    /// into registers kept across it (2 instructions a check).
-    #[inline(always)]
-    pub(crate) fn now_for_step(&self) -> u64 {
-        let raw = self.fast.raw();
-        self.wrapped(raw)
-    }
-
-    #[inline(always)]
-    fn saturated(self, raw: u64) -> u64 {
-        scaled(raw, self.scale).saturating_sub(self.origin_nanos)
-    }
-
-    /// A raw reading before the origin wraps to `2^64 − (origin_nanos − ns)`, and the epoch
-    /// keeps the fast clock only if `origin_nanos < 2^62`: more than 2^62.
-    #[inline(always)]
-    fn wrapped(self, raw: u64) -> u64 {
-        scaled(raw, self.scale).wrapping_sub(self.origin_nanos)
-    }
-}
-
-impl fmt::Debug for FastClock {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("FastClock")
-    }
-}
+pub(crate) use epoch::FastClock;
+use epoch::{epoch, Epoch};
 
 /// Converts a [`Duration`] to nanoseconds, saturating at `u64::MAX` (about 584 years).
 #[inline]
@@ -172,6 +66,10 @@ pub(crate) fn saturating_nanos(d: Duration) -> u64 {
 /// * Manual and custom clocks that step backwards are *monotonized*: the backward step counts
 ///   as zero elapsed time, and time then advances from where it was (no lockout, no free
 ///   burst).
+/// * On `wasm32-unknown-unknown` the standard library cannot read time, so neither built-in
+///   clock exists there: [`Clock::try_monotonic`] and [`Clock::try_os`] return
+///   [`ClockError::Unavailable`], and a limiter needs a [`ManualClock`] or a
+///   [`Clock::from_fn`] (`performance.now()` in a browser, `Date.now()` elsewhere).
 #[derive(Clone)]
 pub struct Clock {
     source: Source,
@@ -187,22 +85,63 @@ enum Source {
 
 impl Clock {
     /// The fast monotonic clock (quanta's TSC clock where available), read on every check.
+    ///
+    /// # Panics
+    ///
+    /// On `wasm32-unknown-unknown`, where there is no such clock; [`Clock::try_monotonic`]
+    /// returns the error instead.
     pub fn monotonic() -> Self {
-        Self {
-            source: Source::Fast(epoch()),
-        }
+        Self::try_monotonic().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`Clock::monotonic`], or the reason this target has none.
+    ///
+    /// ```
+    /// use tollgate::Clock;
+    ///
+    /// // Everywhere but wasm32-unknown-unknown, where this is `ClockError::Unavailable`.
+    /// let clock = Clock::try_monotonic()?;
+    /// assert!(clock.now_nanos() <= clock.now_nanos());
+    /// # Ok::<(), tollgate::ClockError>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`ClockError::Unavailable`] on `wasm32-unknown-unknown`, whose standard library cannot
+    /// read time.
+    pub fn try_monotonic() -> Result<Self, ClockError> {
+        Ok(Self {
+            source: Source::Fast(epoch()?),
+        })
     }
 
     /// The operating system's monotonic clock ([`std::time::Instant`]), mapped into the same
     /// epoch as [`Clock::monotonic`]. Slower than the TSC, but independent of it.
+    ///
+    /// # Panics
+    ///
+    /// On `wasm32-unknown-unknown`, as [`Clock::monotonic`]; [`Clock::try_os`] returns the
+    /// error instead.
     pub fn os() -> Self {
-        Self {
-            source: Source::Os(epoch()),
-        }
+        Self::try_os().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`Clock::os`], or the reason this target has none.
+    ///
+    /// # Errors
+    ///
+    /// [`ClockError::Unavailable`] on `wasm32-unknown-unknown`.
+    pub fn try_os() -> Result<Self, ClockError> {
+        Ok(Self {
+            source: Source::Os(epoch()?),
+        })
     }
 
     /// A custom clock: `now` returns nanoseconds since the process epoch (or any fixed origin
     /// shared by every limiter whose state you move between). Backward steps are absorbed.
+    ///
+    /// On every target, `wasm32-unknown-unknown` included: there it is how a limiter reads
+    /// the host's time, e.g. `performance.now()` (milliseconds, as an `f64`) times 10^6.
     ///
     /// ```
     /// use tollgate::Clock;
@@ -218,21 +157,18 @@ impl Clock {
     /// Nanoseconds since the process epoch.
     #[inline]
     pub fn now_nanos(&self) -> u64 {
-        match &self.source {
-            Source::Fast(
-                e @ Epoch {
-                    scale: Some(scale), ..
-                },
-            ) => FastClock::of(e, *scale).now_nanos(),
-            other => Self::now_slow(other),
+        match self.fast() {
+            Some(fast) => fast.now_nanos(),
+            None => Self::now_slow(&self.source),
         }
     }
 
     /// The fast clock, if this is it: for a limiter to keep beside its other hot fields and
     /// read without dispatching on the source.
+    #[inline(always)]
     pub(crate) fn fast(&self) -> Option<FastClock> {
         match &self.source {
-            Source::Fast(e) => Some(FastClock::of(e, e.scale?)),
+            Source::Fast(e) => e.fast(),
             _ => None,
         }
     }
@@ -242,8 +178,8 @@ impl Clock {
     #[inline(never)]
     fn now_slow(source: &Source) -> u64 {
         match source {
-            Source::Fast(e) => e.fast.delta_as_nanos(e.fast_origin, e.fast.raw()),
-            Source::Os(e) => saturating_nanos(e.os_origin.elapsed()),
+            Source::Fast(e) => e.fast_nanos(),
+            Source::Os(e) => e.os_nanos(),
             Source::Manual(m, mono) => mono.apply(|| m.nanos()),
             Source::Custom(f, mono) => mono.apply(|| f()),
         }
@@ -267,7 +203,7 @@ impl Clock {
 }
 
 impl Default for Clock {
-    /// [`Clock::monotonic`].
+    /// [`Clock::monotonic`] (which panics on `wasm32-unknown-unknown`).
     fn default() -> Self {
         Self::monotonic()
     }
@@ -413,62 +349,6 @@ mod tests {
         assert_eq!(manual.nanos(), u64::MAX);
         manual.advance(Duration::from_secs(1));
         assert_eq!(manual.nanos(), u64::MAX);
-    }
-
-    #[test]
-    fn the_fixed_shift_conversion_is_quantas() {
-        let e = epoch();
-        // On every machine this runs on quanta's shift is below 48: the fast path is taken.
-        let scale = e.scale.unwrap(); // test
-        let mut d = 1u64;
-        while d < u64::MAX / 3 {
-            for x in [d, d + 1, d.wrapping_mul(0x9e37_79b9) >> 7] {
-                assert_eq!(scaled(x, scale), e.fast.delta_as_nanos(0, x), "{x}");
-            }
-            d = d * 3 + 1;
-        }
-        // The fast clock converts the reading and the origin apart: within 1 ns of quanta's
-        // conversion of their difference, for any two readings.
-        let fast = Clock::monotonic().fast().unwrap(); // test
-        let mut x = e.fast_origin;
-        while x < u64::MAX / 4 {
-            let ours = fast.saturated(x);
-            let quanta = e.fast.delta_as_nanos(e.fast_origin, x);
-            assert!(ours.abs_diff(quanta) <= 1, "{x}: {ours} {quanta}");
-            x = x.wrapping_mul(3) + 12_345;
-        }
-        let before = Clock::monotonic().now_nanos();
-        let raw = e.fast.raw();
-        let after = Clock::monotonic().now_nanos();
-        let quanta = e.fast.delta_as_nanos(e.fast_origin, raw);
-        assert!(
-            before <= quanta + 1 && quanta <= after + 1,
-            "{before} {quanta} {after}"
-        );
-    }
-
-    #[test]
-    fn a_fast_reading_before_the_origin_is_zero_or_past_the_fast_paths_bound() {
-        let e = epoch();
-        let scale = e.scale.unwrap(); // test
-        let fast = Clock::monotonic().fast().unwrap(); // test
-        assert!(fast.origin_nanos < crate::engine::params::STEADY_NOW);
-        // A raw reading behind the origin, as another core's unsynchronised TSC could give.
-        for behind in [1, 1_000, 1 << 20, e.fast_origin] {
-            let raw = e.fast_origin - behind.min(e.fast_origin);
-            assert_eq!(fast.saturated(raw), 0);
-            let wrapped = fast.wrapped(raw);
-            assert!(
-                wrapped == 0 || wrapped > crate::engine::params::STEADY_NOW,
-                "{behind}: {wrapped}"
-            );
-        }
-        // At and after the origin the two readings are one.
-        for ahead in [0, 1, 1 << 30, 1 << 50] {
-            let raw = e.fast_origin + ahead;
-            assert_eq!(fast.wrapped(raw), fast.saturated(raw));
-        }
-        assert_eq!(scale, fast.scale);
     }
 
     #[test]

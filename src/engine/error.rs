@@ -40,6 +40,37 @@ impl InsufficientCapacity {
     }
 }
 
+/// A clock that cannot be had on this target: the built-in clocks ([`Clock::monotonic`],
+/// [`Clock::os`]) read the standard library's time, which `wasm32-unknown-unknown` does not
+/// have. A builder left on its default clock returns this from `try_build`.
+///
+/// ```
+/// use tollgate::ClockError;
+///
+/// let err = ClockError::Unavailable { target: "wasm32-unknown-unknown" };
+/// assert_eq!(
+///     err.to_string(),
+///     "no built-in clock on wasm32-unknown-unknown (its standard library cannot read time): \
+///      give the builder .clock(Clock::from_fn(..)) or a ManualClock"
+/// );
+/// ```
+///
+/// [`Clock::monotonic`]: crate::Clock::monotonic
+/// [`Clock::os`]: crate::Clock::os
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClockError {
+    /// The target has no built-in clock.
+    #[error(
+        "no built-in clock on {target} (its standard library cannot read time): \
+         give the builder .clock(Clock::from_fn(..)) or a ManualClock"
+    )]
+    Unavailable {
+        /// The target triple, as `wasm32-unknown-unknown`.
+        target: &'static str,
+    },
+}
+
 /// Writes `input` as a quoted, escaped string cut to at most `max` characters of input, so an
 /// error message never carries control characters or unbounded attacker-controlled text.
 pub(crate) fn quote(f: &mut fmt::Formatter<'_>, input: &str, max: usize) -> fmt::Result {

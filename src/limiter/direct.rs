@@ -68,6 +68,11 @@ struct DirectCell {
 
 impl RateLimiter {
     /// A limiter for `quota` on the monotonic clock.
+    ///
+    /// # Panics
+    ///
+    /// On `wasm32-unknown-unknown`, which has no monotonic clock: there, build with
+    /// [`builder`](Self::builder)`(quota).clock(..)` (or see [`RateLimiterBuilder::try_build`]).
     pub fn new(quota: Quota) -> Self {
         Self::builder(quota).build()
     }
@@ -76,7 +81,7 @@ impl RateLimiter {
     pub fn builder(quota: Quota) -> RateLimiterBuilder {
         RateLimiterBuilder {
             quota,
-            clock: Clock::monotonic(),
+            clock: None,
             attached: Attached::default(),
             max_debt: core::time::Duration::ZERO,
         }

@@ -222,6 +222,12 @@ impl Ask {
 
 impl<K> KeyedRateLimiter<K> {
     /// A keyed limiter for `quota` with the default bound of 2^20 keys.
+    ///
+    /// # Panics
+    ///
+    /// On `wasm32-unknown-unknown`, which has no monotonic clock: there, build with
+    /// [`builder`](Self::builder)`(quota).clock(..)` (or see
+    /// [`KeyedRateLimiterBuilder::try_build`](crate::limiter::KeyedRateLimiterBuilder::try_build)).
     pub fn new(quota: Quota) -> Self {
         Self::builder(quota).build()
     }

@@ -200,6 +200,11 @@ const EVAL_EVERY: u32 = 32;
 impl FaultDetector {
     /// A detector with the defaults, on the monotonic clock, without a baseline (so it only
     /// alerts until it has learned 24 hours).
+    ///
+    /// # Panics
+    ///
+    /// On `wasm32-unknown-unknown`, which has no monotonic clock: there, give the
+    /// [`builder`](Self::builder) a clock.
     pub fn new() -> Self {
         Self::builder().build()
     }

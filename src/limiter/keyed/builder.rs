@@ -12,6 +12,7 @@ use super::store::Store;
 use super::{KeyedRateLimiter, Overflow, Slow, DEFAULT_MAX_KEYS, MAX_KEYS_LIMIT};
 use crate::engine::cell::Padded;
 use crate::engine::clock::Clock;
+use crate::engine::error::ClockError;
 use crate::engine::fingerprint::Fingerprinter;
 use crate::engine::params::{Gate, SharedParams};
 use crate::engine::quota::Quota;
@@ -26,7 +27,8 @@ use crate::shaping::retry::RetryBudget;
 #[must_use = "call .build() to get the limiter"]
 pub struct KeyedRateLimiterBuilder<K> {
     quota: Quota,
-    clock: Clock,
+    /// `None`: the default, [`Clock::monotonic`], taken when the limiter is built.
+    clock: Option<Clock>,
     max_keys: usize,
     overflow_quota: Option<Quota>,
     admission: Admission,
@@ -57,7 +59,7 @@ impl<K> KeyedRateLimiterBuilder<K> {
     pub(super) fn new(quota: Quota) -> Self {
         Self {
             quota,
-            clock: Clock::monotonic(),
+            clock: None,
             max_keys: DEFAULT_MAX_KEYS,
             overflow_quota: None,
             admission: Admission::default(),
@@ -69,7 +71,7 @@ impl<K> KeyedRateLimiterBuilder<K> {
 
     /// The clock to read on every check (default: [`Clock::monotonic`]).
     pub fn clock(mut self, clock: impl Into<Clock>) -> Self {
-        self.clock = clock.into();
+        self.clock = Some(clock.into());
         self
     }
 
@@ -169,8 +171,46 @@ impl<K> KeyedRateLimiterBuilder<K> {
     /// tracked, up to what `max_keys` keys need; only the directory of its segments is sized
     /// for `max_keys` now (40 bytes per MiB of the largest table). If the allocator
     /// refuses even that, the bound is halved until it agrees:
-    /// [`KeyedRateLimiter::max_keys`] reports the bound in force. Never panics.
+    /// [`KeyedRateLimiter::max_keys`] reports the bound in force.
+    ///
+    /// # Panics
+    ///
+    /// Only without a [`clock`](Self::clock) on `wasm32-unknown-unknown`, which has no
+    /// default clock; [`try_build`](Self::try_build) returns the error instead.
     pub fn build(self) -> KeyedRateLimiter<K> {
+        self.try_build().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`build`](Self::build), or the error when the default clock is wanted and this target
+    /// has none.
+    ///
+    /// ```
+    /// use tollgate::{KeyedRateLimiter, ManualClock};
+    ///
+    /// let lim = KeyedRateLimiter::<u32>::builder("1/s".parse()?)
+    ///     .clock(ManualClock::new())
+    ///     .try_build()?;
+    /// assert!(lim.check_key(&7).is_permitted());
+    /// assert!(!lim.check_key(&7).is_permitted());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`ClockError::Unavailable`] on `wasm32-unknown-unknown` when no clock was given.
+    pub fn try_build(self) -> Result<KeyedRateLimiter<K>, ClockError> {
+        self.try_build_with(Clock::try_monotonic)
+    }
+
+    /// [`try_build`](Self::try_build), with `default` for the clock when none was given.
+    fn try_build_with(
+        self,
+        default: impl FnOnce() -> Result<Clock, ClockError>,
+    ) -> Result<KeyedRateLimiter<K>, ClockError> {
+        let clock = match self.clock {
+            Some(clock) => clock,
+            None => default()?,
+        };
         let mut max_keys = self.max_keys;
         let table = loop {
             match Store::new(max_keys) {
@@ -186,8 +226,8 @@ impl<K> KeyedRateLimiterBuilder<K> {
         };
         let counters = Counters::new();
         let guard = Guard::boxed(self.attached, &counters);
-        KeyedRateLimiter {
-            hot: Hot::new(&self.clock, guard.as_deref()),
+        Ok(KeyedRateLimiter {
+            hot: Hot::new(&clock, guard.as_deref()),
             table,
             max_keys,
             params: SharedParams::new(
@@ -201,7 +241,7 @@ impl<K> KeyedRateLimiterBuilder<K> {
                 params: self.overflow_quota.map(|q| SharedParams::new(q.params())),
             },
             fingerprinter: Fingerprinter::new(),
-            clock: self.clock,
+            clock,
             quota: Mutex::new(self.quota),
             len: AtomicUsize::new(0),
             spilled: AtomicUsize::new(0),
@@ -216,6 +256,42 @@ impl<K> KeyedRateLimiterBuilder<K> {
                 ..Slow::default()
             }),
             _key: PhantomData,
-        }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use core::time::Duration;
+
+    use super::*;
+    use crate::engine::clock::ManualClock;
+    use crate::KeyedRateLimiter;
+
+    /// The default clock as `wasm32-unknown-unknown` has it.
+    fn no_default() -> Result<Clock, ClockError> {
+        Err(ClockError::Unavailable {
+            target: "wasm32-unknown-unknown",
+        })
+    }
+
+    #[test]
+    fn without_a_default_clock_the_builder_asks_for_one() {
+        let b = KeyedRateLimiter::<u64>::builder("1/s".parse().unwrap()); // test
+        assert_eq!(
+            b.try_build_with(no_default).unwrap_err(), // test
+            no_default().unwrap_err()                  // test
+        );
+
+        let manual = ManualClock::new();
+        let lim = KeyedRateLimiter::<u64>::builder("1/s".parse().unwrap()) // test
+            .clock(&manual)
+            .try_build_with(no_default)
+            .unwrap(); // test
+        assert!(lim.check_key(&1).is_permitted());
+        assert!(!lim.check_key(&1).is_permitted());
+        assert!(lim.check_key(&2).is_permitted());
+        manual.advance(Duration::from_secs(1));
+        assert!(lim.check_key(&1).is_permitted());
     }
 }

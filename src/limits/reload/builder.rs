@@ -33,7 +33,8 @@ use crate::safety::fault::FaultDetector;
 #[must_use = "call .build() to get the handle"]
 pub struct LimitsHandleBuilder {
     limits: Limits,
-    clock: Clock,
+    /// `None`: the default, [`Clock::monotonic`], taken when the handle is built.
+    clock: Option<Clock>,
     max_keys: Option<usize>,
     guard: f64,
     detector: Option<FaultDetector>,
@@ -44,7 +45,7 @@ impl LimitsHandleBuilder {
     pub(super) fn new(limits: Limits) -> Self {
         Self {
             limits,
-            clock: Clock::monotonic(),
+            clock: None,
             max_keys: None,
             guard: DEFAULT_GUARD,
             detector: None,
@@ -54,7 +55,7 @@ impl LimitsHandleBuilder {
 
     /// The clock every policy's limiter reads (default: [`Clock::monotonic`]).
     pub fn clock(mut self, clock: impl Into<Clock>) -> Self {
-        self.clock = clock.into();
+        self.clock = Some(clock.into());
         self
     }
 
@@ -93,9 +94,14 @@ impl LimitsHandleBuilder {
 
     /// Builds the handle, with a fresh limiter per policy, each built on its policy's first
     /// check.
+    ///
+    /// # Panics
+    ///
+    /// Without a [`clock`](Self::clock) on `wasm32-unknown-unknown`, which has no default
+    /// clock ([`Clock::monotonic`]).
     pub fn build(self) -> LimitsHandle {
         let settings = Settings {
-            clock: self.clock,
+            clock: self.clock.unwrap_or_else(Clock::monotonic),
             max_keys: self.max_keys,
             detector: self.detector,
         };

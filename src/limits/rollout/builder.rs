@@ -88,7 +88,8 @@ const SEED_TAG: u128 = 0x746f_6c6c_6761_7465_726f_6c6c_6f75_7400;
 pub struct RolloutBuilder {
     old: Limits,
     new: Limits,
-    clock: Clock,
+    /// `None`: the default, [`Clock::monotonic`], taken when the rollout is built.
+    clock: Option<Clock>,
     stages: Vec<RolloutStage>,
     seed: Option<u128>,
     max_keys: Option<usize>,
@@ -100,7 +101,7 @@ impl RolloutBuilder {
         Self {
             old,
             new,
-            clock: Clock::monotonic(),
+            clock: None,
             stages: DEFAULT_STAGES.to_vec(),
             seed: None,
             max_keys: None,
@@ -116,7 +117,7 @@ impl RolloutBuilder {
 
     /// The clock of the limiters, the windows and the stages (default: [`Clock::monotonic`]).
     pub fn clock(mut self, clock: impl Into<Clock>) -> Self {
-        self.clock = clock.into();
+        self.clock = Some(clock.into());
         self
     }
 
@@ -199,13 +200,18 @@ impl RolloutBuilder {
     /// What [`Limits::check_transition`] finds: an unacknowledged tightening beyond the
     /// guard, or a stale revision. A rollout does not make a dangerous change safe to ship
     /// unacknowledged; it limits the damage of one nobody saw.
+    ///
+    /// # Panics
+    ///
+    /// Without a [`clock`](Self::clock) on `wasm32-unknown-unknown`, which has no default
+    /// clock ([`Clock::monotonic`]).
     pub fn build(self) -> Result<Rollout, ConfigErrors> {
         let diff = Limits::check_transition(&self.old, &self.new, self.cfg.guard)?;
         let seed = self
             .seed
             .unwrap_or(SEED_TAG ^ u128::from(self.new.revision()));
         let settings = Settings {
-            clock: self.clock.clone(),
+            clock: self.clock.unwrap_or_else(Clock::monotonic),
             max_keys: self.max_keys,
             detector: None,
         };

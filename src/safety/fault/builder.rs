@@ -11,6 +11,7 @@ use super::eval::Eval;
 use super::panel::Panel;
 use super::{Baseline, Config, EventCallback, FaultDetector, FaultEvent, Shared};
 use crate::engine::clock::{saturating_nanos, Clock};
+use crate::engine::error::ClockError;
 use crate::engine::fingerprint::Fingerprinter;
 use crate::engine::stats::Counters;
 
@@ -18,7 +19,8 @@ use crate::engine::stats::Counters;
 #[must_use = "call .build() to get the detector"]
 pub struct FaultDetectorBuilder {
     cfg: Config,
-    clock: Clock,
+    /// `None`: the default, [`Clock::monotonic`], taken when the detector is built.
+    clock: Option<Clock>,
     baseline: Option<Baseline>,
     revision: u64,
     panel_size: usize,
@@ -43,7 +45,7 @@ impl Default for FaultDetectorBuilder {
                 memory: 24 * 60 * 60 * SEC,
                 ceiling: Some(10),
             },
-            clock: Clock::monotonic(),
+            clock: None,
             baseline: None,
             revision: 0,
             panel_size: 1024,
@@ -70,7 +72,7 @@ impl FaultDetectorBuilder {
     /// The detector's own clock, for its windows (default: monotonic). Keep it independent of
     /// the limiter's clock where you can: a lagging limiter clock must not slow the detector.
     pub fn clock(mut self, clock: impl Into<Clock>) -> Self {
-        self.clock = clock.into();
+        self.clock = Some(clock.into());
         self
     }
 
@@ -190,14 +192,42 @@ impl FaultDetectorBuilder {
     }
 
     /// Builds the detector.
+    ///
+    /// # Panics
+    ///
+    /// Without a [`clock`](Self::clock) on `wasm32-unknown-unknown`, which has no default
+    /// clock; [`try_build`](Self::try_build) returns the error instead.
     pub fn build(self) -> FaultDetector {
+        self.try_build().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`build`](Self::build), or the error when the default clock is wanted and this target
+    /// has none.
+    ///
+    /// ```
+    /// use tollgate::ManualClock;
+    /// use tollgate::safety::FaultDetector;
+    ///
+    /// let detector = FaultDetector::builder().clock(ManualClock::new()).try_build()?;
+    /// assert_eq!(detector.stats().total(), 0);
+    /// # Ok::<(), tollgate::ClockError>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`ClockError::Unavailable`] on `wasm32-unknown-unknown` when no clock was given.
+    pub fn try_build(self) -> Result<FaultDetector, ClockError> {
+        let clock = match self.clock {
+            Some(clock) => clock,
+            None => Clock::try_monotonic()?,
+        };
         let fingerprinter = Fingerprinter::new();
         let seed = fingerprinter.fingerprint(&0x0070_616e_656c_u64);
         let baseline = self
             .baseline
             .unwrap_or_else(|| Baseline::new(self.revision));
-        let now = self.clock.now_nanos();
-        FaultDetector {
+        let now = clock.now_nanos();
+        Ok(FaultDetector {
             shared: Arc::new(Shared {
                 mode: AtomicU64::new(0),
                 counters: Counters::new(),
@@ -208,11 +238,11 @@ impl FaultDetectorBuilder {
                 next_eval: AtomicU64::new(now.saturating_add(self.cfg.sub)),
                 override_until: AtomicU64::new(u64::MAX),
                 eval: Mutex::new(Eval::new(now, self.cfg, baseline, self.revision)),
-                clock: self.clock,
+                clock,
                 cfg: self.cfg,
                 callbacks: self.callbacks,
                 callback_panics: AtomicU64::new(0),
             }),
-        }
+        })
     }
 }

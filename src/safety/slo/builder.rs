@@ -13,6 +13,7 @@ use super::eval::EvalState;
 use super::{Callback, SloAlert, SuccessRate, MAX_BUCKETS, MAX_TIERS, OTHER_TIER, SUB_BUCKETS};
 use crate::engine::cell::Padded;
 use crate::engine::clock::{saturating_nanos, Clock};
+use crate::engine::error::ClockError;
 use crate::engine::error::Quoted;
 
 /// A mistake in a [`SuccessRateBuilder`].
@@ -65,12 +66,16 @@ pub enum SloConfigError {
         /// Sub-buckets it would need.
         buckets: u64,
     },
+    /// No clock was given and this target has no default one (`wasm32-unknown-unknown`).
+    #[error(transparent)]
+    Clock(#[from] ClockError),
 }
 
 /// Builds a [`SuccessRate`]; see [`SuccessRate::builder`].
 #[must_use = "call .build() to get the tracker"]
 pub struct SuccessRateBuilder {
-    clock: Clock,
+    /// `None`: the default, [`Clock::monotonic`], taken when the tracker is built.
+    clock: Option<Clock>,
     tiers: Vec<String>,
     threshold_pp: f64,
     window: Duration,
@@ -82,7 +87,7 @@ pub struct SuccessRateBuilder {
 impl Default for SuccessRateBuilder {
     fn default() -> Self {
         Self {
-            clock: Clock::monotonic(),
+            clock: None,
             tiers: Vec::new(),
             threshold_pp: 2.0,
             window: Duration::from_secs(60),
@@ -122,7 +127,7 @@ impl SuccessRateBuilder {
     /// # Ok::<(), tollgate::safety::SloConfigError>(())
     /// ```
     pub fn clock(mut self, clock: impl Into<Clock>) -> Self {
-        self.clock = clock.into();
+        self.clock = Some(clock.into());
         self
     }
 
@@ -207,7 +212,8 @@ impl SuccessRateBuilder {
     ///
     /// [`SloConfigError`]: no tiers, an empty, duplicate or reserved tier name, more than
     /// [`MAX_TIERS`](crate::safety::SuccessRate::MAX_TIERS) tiers, a threshold outside `[0.01, 100]` pp, a zero window or reference
-    /// period, or a reference period of more than 4090 sub-buckets.
+    /// period, or a reference period of more than 4090 sub-buckets; on
+    /// `wasm32-unknown-unknown`, no [`clock`](Self::clock) ([`SloConfigError::Clock`]).
     ///
     /// ```
     /// use tollgate::safety::{SloConfigError, SuccessRate};
@@ -223,7 +229,11 @@ impl SuccessRateBuilder {
             .map_or(4, usize::from)
             .next_power_of_two()
             .min(16);
-        let now_bucket = self.clock.now_nanos() / bucket_ns;
+        let clock = match self.clock {
+            Some(clock) => clock,
+            None => Clock::try_monotonic()?,
+        };
+        let now_bucket = clock.now_nanos() / bucket_ns;
         let ring_len = (SUB_BUCKETS + reference_buckets) as usize * tiers.len();
         let slo = SuccessRate {
             counters: (0..stripes * tiers.len())
@@ -245,7 +255,7 @@ impl SuccessRateBuilder {
             on_alert: self.on_alert,
             callback_panics: AtomicU64::new(0),
             dropped_alerts: AtomicU64::new(0),
-            clock: self.clock,
+            clock,
             tiers,
         };
         Ok(slo)
