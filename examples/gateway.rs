@@ -1,8 +1,8 @@
 //! A runnable axum gateway limited by a limits document, reloaded on SIGHUP.
 //!
 //! ```text
-//! cargo run --release --features tower --example gateway -- --listen 127.0.0.1:8080 --limits examples/limits/gateway.toml
-//! cargo run --release --features tower,metrics --example gateway -- --listen 127.0.0.1:8080 --limits examples/limits/gateway.toml
+//! cargo run --release --features tower,config --example gateway -- --listen 127.0.0.1:8080 --limits examples/limits/gateway.toml
+//! cargo run --release --features tower,config,metrics --example gateway -- --listen 127.0.0.1:8080 --limits examples/limits/gateway.toml
 //! ```
 //!
 //! It serves any path: the key is the `x-api-key` header (missing → `401` problem+json), the

@@ -15,7 +15,7 @@ use http::Extensions;
 mod forwarded;
 mod ip;
 
-pub use forwarded::{ForwardedHeader, ForwardedIp};
+pub use forwarded::{ForwardedHeader, ForwardedIp, NoForwardedHeader};
 pub use ip::{IpRange, IpRangeError};
 
 /// Why no key could be read from a request.
@@ -281,8 +281,12 @@ type PeerLookup = Arc<dyn Fn(&Extensions) -> Option<IpAddr> + Send + Sync>;
 ///
 /// **No address at all** is [`KeyError::NoPeerAddress`]: the server is not set up to pass
 /// it, which no client can fix. The layer answers `500` naming the fix (whatever its
-/// [`OnMissingKey`] choice), warns once through `tracing`, counts it in
-/// [`LayerStats::no_peer_address`](super::LayerStats::no_peer_address) and charges no key.
+/// [`OnMissingKey`] choice), counts it in
+/// [`LayerStats::no_peer_address`](super::LayerStats::no_peer_address) and charges no key;
+/// with feature `tracing`, it also logs one warning (target `tollgate::http`, to the
+/// application's subscriber) for the first such request. Only requests whose key needs the
+/// address get the `500`: a closure that keys on an API key first serves the requests that
+/// carry one.
 ///
 /// ```
 /// use std::net::SocketAddr;

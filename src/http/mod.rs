@@ -3,14 +3,13 @@
 //!
 //! ```
 //! use std::sync::Arc;
-//! use http::HeaderName;
-//! use tollgate::http::{HeaderKey, OnMissingKey, RateLimitLayer};
+//! use tollgate::http::{HeaderKey, HeaderName, OnMissingKey, RateLimitLayer, StatusCode};
 //! use tollgate::KeyedRateLimiter;
 //!
 //! // One limit per API key; requests without a key get 401 problem+json.
 //! let layer = RateLimitLayer::builder()
 //!     .key(HeaderKey::new(HeaderName::from_static("x-api-key")))
-//!     .on_missing_key(OnMissingKey::Reject(http::StatusCode::UNAUTHORIZED))
+//!     .on_missing_key(OnMissingKey::Reject(StatusCode::UNAUTHORIZED))
 //!     .limit("per-key", KeyedRateLimiter::<String>::new("100/min".parse()?))
 //!     // Health checks and CORS preflights are never limited.
 //!     .exempt(|parts| parts.uri.path() == "/healthz")
@@ -35,7 +34,8 @@
 //! ```
 //!
 //! * Keys: [`HeaderKey`], [`PeerIp`] (IPv6 by /64), [`ForwardedIp`] (only behind trusted
-//!   proxies), [`GlobalKey`], or a closure ([`KeyExtractor`]).
+//!   proxies; [`NoForwardedHeader`] for what a proxy's request without the header is keyed
+//!   by), [`GlobalKey`], or a closure ([`KeyExtractor`]) over the request's [`Parts`].
 //! * Limits: [`RateLimiter`](crate::RateLimiter), [`KeyedRateLimiter`](crate::KeyedRateLimiter),
 //!   [`LimitsHandle`](crate::limits::LimitsHandle), or your own [`PolicySource`] — the extension
 //!   point for async limiters. Several limits per request are all or nothing.
@@ -74,7 +74,7 @@ pub use body::{BodyMode, OwnBody, WrappedBody};
 pub use inflight::InFlightLimit;
 pub use key::{
     ForwardedHeader, ForwardedIp, GlobalKey, HeaderKey, IpRange, IpRangeError, KeyError,
-    KeyExtractor, OnMissingKey, PeerIp,
+    KeyExtractor, NoForwardedHeader, OnMissingKey, PeerIp,
 };
 pub use layer::{LayerError, LayerStats, RateLimitLayer, RateLimitLayerBuilder};
 pub use queue::{Queue, Sleep};
@@ -83,3 +83,10 @@ pub use response::{HeaderMode, PassedThrough, RateLimitBody, RejectReason, Rejec
 pub use service::{RateLimit, ResponseFuture};
 pub use settle::Settle;
 pub use source::{Checked, Judgement, JudgementFuture, PolicySource, SourceError, Subject};
+
+/// The `http` crate's types that this module's API takes and gives (a key extractor's
+/// [`Parts`], a header's [`HeaderName`], a status), so that code written against the layer
+/// needs no `http` dependency of its own. They are `http` 1.x's own types, the ones axum
+/// re-exports as `axum::http`.
+#[doc(no_inline)]
+pub use ::http::{request::Parts, Extensions, HeaderMap, HeaderName, StatusCode};

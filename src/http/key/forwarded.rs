@@ -25,6 +25,26 @@ pub enum ForwardedHeader {
     Forwarded,
 }
 
+/// What [`ForwardedIp`] answers for a request from a trusted proxy that carries no forwarded
+/// chain: no header line, or lines with no element (`X-Forwarded-For: `).
+///
+/// Behind a load balancer that is every request the balancer did not forward for a client —
+/// its own health checks, a listener not set to add the header, an internal caller going
+/// through it — and they all come from the balancer's few addresses.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum NoForwardedHeader {
+    /// The proxy is the client: the request is keyed by the proxy's own address (the
+    /// default). Every such request shares the proxy's one bucket, so a client whose
+    /// requests lose the header is limited together with all the others that do.
+    #[default]
+    KeyProxy,
+    /// No client address: [`KeyError::Missing`], which the layer answers as it answers any
+    /// missing key ([`OnMissingKey`](super::OnMissingKey): `401` by default, or the
+    /// request is counted under the fallback key). An IP exemption does not apply to it.
+    MissingKey,
+}
+
 /// The client's address behind trusted reverse proxies: the peer address, unless the peer
 /// is one of the configured proxy ranges, in which case the forwarded chain is walked from
 /// the right (the hop the nearest proxy saw) past every trusted proxy, and **the right-most
@@ -43,7 +63,9 @@ pub enum ForwardedHeader {
 ///   fail the request nor move it to another key.
 /// * **Empty list elements are ignored** (RFC 9110 §5.6.1.2): `198.51.100.7, , 10.1.1.1`, a
 ///   trailing comma, `for=…,, for=…`. A chain with no element at all (no header, an empty
-///   one) means the peer itself is the client.
+///   one) means the peer itself is the client, unless
+///   [`on_no_header`](Self::on_no_header) says otherwise: behind a load balancer, all
+///   traffic that arrives without the header then shares the balancer's one key.
 /// * **Repeated header lines are one list**, joined in order (RFC 9110 §5.3): the right-most
 ///   hop is the last one of the last line.
 /// * **At most 32 trusted hops are passed**, so the client may stand 33rd from the right. A
@@ -84,6 +106,7 @@ pub struct ForwardedIp {
     peer: PeerIp,
     trusted: Vec<IpRange>,
     header: ForwardedHeader,
+    no_header: NoForwardedHeader,
 }
 
 impl ForwardedIp {
@@ -94,12 +117,36 @@ impl ForwardedIp {
             peer: PeerIp::new(),
             trusted: proxies.into_iter().collect(),
             header: ForwardedHeader::XForwardedFor,
+            no_header: NoForwardedHeader::KeyProxy,
         }
     }
 
     /// Reads the chain from `header` instead.
     pub fn header(mut self, header: ForwardedHeader) -> Self {
         self.header = header;
+        self
+    }
+
+    /// What a request from a trusted proxy with no forwarded chain is keyed by: the proxy's
+    /// address ([`NoForwardedHeader::KeyProxy`], the default), or nothing
+    /// ([`NoForwardedHeader::MissingKey`]: the layer's missing-key answer). A peer outside
+    /// the trusted ranges is keyed by its own address either way, whatever it sends.
+    ///
+    /// ```
+    /// use std::net::SocketAddr;
+    /// use tollgate::http::{ForwardedIp, KeyExtractor, NoForwardedHeader};
+    ///
+    /// let key = ForwardedIp::trusting(["10.0.0.0/8".parse()?])
+    ///     .on_no_header(NoForwardedHeader::MissingKey);
+    /// let mut req = http::Request::get("/healthz").body(())?;
+    /// req.extensions_mut().insert("10.0.0.1:4711".parse::<SocketAddr>()?);
+    /// let err = key.extract(&req.into_parts().0).unwrap_err();
+    /// assert!(err.is_missing());
+    /// assert_eq!(err.to_string(), "missing key: header x-forwarded-for from a trusted proxy");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn on_no_header(mut self, answer: NoForwardedHeader) -> Self {
+        self.no_header = answer;
         self
     }
 
@@ -170,6 +217,11 @@ impl ForwardedIp {
                 client = addr;
                 passed += 1;
             }
+        }
+        if passed == 0 && self.no_header == NoForwardedHeader::MissingKey {
+            return Err(KeyError::Missing {
+                what: format!("{what} from a trusted proxy"),
+            });
         }
         Ok(client)
     }
