@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use super::layer::{Counters, Entry, Shared};
 use super::response::{Figures, PassedThrough};
+use super::settle::Uncounted;
 use super::source::{Judgement, PolicySource, SourceError, Subject};
 use crate::engine::check::Check;
 use crate::engine::verdict::{Denied, Verdict};
@@ -50,6 +51,8 @@ pub(crate) enum Outcome {
     Allowed {
         figures: Figs,
         passed: Option<PassedThrough>,
+        /// The limits (by index) whose check did not count the request, for its settle.
+        uncounted: Uncounted,
     },
     Denied {
         figures: Figs,
@@ -91,7 +94,7 @@ pub(crate) async fn judge(shared: &Shared, subject: &Subject, check: Check) -> O
     if let [only] = &limits[..] {
         let j = only.source.check(subject, check).resolve().await;
         let mut acc = Acc::default();
-        acc.add(shared, only, j);
+        acc.add(shared, 0, only, j);
         return acc.finish(charges).await;
     }
     let none = || {
@@ -137,9 +140,9 @@ pub(crate) async fn judge(shared: &Shared, subject: &Subject, check: Check) -> O
         }
     }
     let mut acc = Acc::default();
-    for ((e, j), p) in limits.iter().zip(judged).zip(peeked) {
+    for (i, ((e, j), p)) in limits.iter().zip(judged).zip(peeked).enumerate() {
         match (j, p) {
-            (Some(j), _) => acc.add(shared, e, j),
+            (Some(j), _) => acc.add(shared, i, e, j),
             // Peeked but not checked: shown, not charged.
             (None, Some(Ok(p))) => acc.shown(e, &p),
             (None, _) => {}
@@ -164,10 +167,12 @@ struct Acc {
     denial: Option<(usize, Denied)>,
     too_big: Option<(Arc<str>, u64, u64)>,
     key_too_long: Option<(Arc<str>, usize, usize)>,
+    uncounted: Uncounted,
 }
 
 impl Acc {
-    fn add(&mut self, shared: &Shared, e: &Entry, j: Judged) {
+    /// Adds what the `i`th limit, `e`, said.
+    fn add(&mut self, shared: &Shared, i: usize, e: &Entry, j: Judged) {
         let j = match j {
             Err(SourceError::InsufficientCapacity(ic)) => {
                 self.too_big = Some((Arc::clone(&e.name), ic.cost(), ic.capacity()));
@@ -186,7 +191,14 @@ impl Acc {
                 });
                 return;
             }
-            Ok(j) if !j.is_matched() => return,
+            Ok(j) if !j.is_matched() => {
+                // Charged nothing: a settle must neither refund nor charge it. Kept only for
+                // a layer that settles, so that no other layer pays for it.
+                if !shared.settle.is_none() {
+                    self.uncounted.push(i);
+                }
+                return;
+            }
             Ok(j) => j,
         };
         let policy = Arc::clone(j.policy_arc().unwrap_or(&e.name));
@@ -253,6 +265,7 @@ impl Acc {
                 Outcome::Allowed {
                     figures: self.figures,
                     passed: self.passed,
+                    uncounted: self.uncounted,
                 }
             }
         }

@@ -337,16 +337,21 @@ where
                     Outcome::Allowed {
                         figures: Figs::None,
                         passed,
+                        uncounted: Default::default(),
                     }
                 }
             };
             if !(outcome.is_denied() && queue_applies(&shared, &parts)) {
                 return match outcome {
-                    Outcome::Allowed { figures, passed } => {
+                    Outcome::Allowed {
+                        figures,
+                        passed,
+                        uncounted,
+                    } => {
                         let mut extra = allowed(&shared, &figures, passed, subject.tier());
                         extra.held = held;
-                        extra.settle =
-                            Pending::of(&shared, extra.passed.is_none(), subject, check.units());
+                        let (enforced, units) = (extra.passed.is_none(), check.units());
+                        extra.settle = Pending::of(&shared, enforced, subject, units, &uncounted);
                         let fut = self.inner.call(Request::from_parts(parts, body));
                         ResponseFuture::inner(fut, extra.boxed())
                     }
@@ -411,10 +416,14 @@ where
     S: Service<Request<B>, Response = Response<RB>>,
 {
     match outcome {
-        Outcome::Allowed { figures, passed } => {
+        Outcome::Allowed {
+            figures,
+            passed,
+            uncounted,
+        } => {
             let mut extra = allowed(shared, &figures, passed, subject.tier());
             extra.held = held;
-            extra.settle = Pending::of(shared, extra.passed.is_none(), subject, units);
+            extra.settle = Pending::of(shared, extra.passed.is_none(), subject, units, &uncounted);
             let mut res = inner.call(req).await?;
             let held = extra.apply(&mut res);
             Ok(Ok((res, held)))

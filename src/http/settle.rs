@@ -17,7 +17,7 @@ use http::{HeaderMap, StatusCode};
 
 use super::inflight::Held;
 use super::layer::{RateLimitLayerBuilder, Shared};
-use super::source::Subject;
+use super::source::{PolicySource, Subject};
 use super::stats::Counters;
 use super::trailers;
 
@@ -28,10 +28,12 @@ use super::trailers;
 pub enum Settle {
     /// The charge stands.
     Keep,
-    /// Give back this many units of what the request was charged (at most its charge; a
-    /// refund never lifts a limit above full).
+    /// Give back this many units of what the request was charged (at most what it still
+    /// owes: its charge plus what settles charged since, less what they gave back; a refund
+    /// never lifts a limit above full).
     Refund(u64),
-    /// Give back the whole charge: the request counts for nothing (a login that succeeded).
+    /// Give back all the request still owes: the request counts for nothing (a login that
+    /// succeeded).
     RefundAll,
     /// Charge this many units more, whatever room the limit has: a limit built with
     /// `max_debt` goes into debt, up to its cap, and its next requests wait the debt out
@@ -176,27 +178,69 @@ pub(super) fn parse_cost(b: &[u8]) -> Option<u64> {
     core::str::from_utf8(b).ok()?.parse().ok()
 }
 
+/// The limits of a layer (by index) whose check did not count an allowed request (no policy
+/// of theirs applied): a settle leaves them alone. Kept only by a layer that settles, and
+/// empty for most requests, which needs no allocation.
+#[derive(Debug, Default)]
+pub(crate) struct Uncounted(Vec<usize>);
+
+impl Uncounted {
+    pub(crate) fn push(&mut self, limit: usize) {
+        self.0.push(limit);
+    }
+}
+
+/// One request's running account with each limit of the layer, in units: what its check
+/// charged, plus what its settles charged later, minus what they gave back. Every settle the
+/// request meets (its head's, its trailers') is applied against it, so the request is never
+/// given back more than it was charged, however many settles refund it. `None`: the limit
+/// did not count the request, and is never settled.
+enum Owed {
+    /// A layer of one limit (most layers): no allocation.
+    One(Option<u64>),
+    Many(Box<[Option<u64>]>),
+}
+
+impl Owed {
+    fn new(limits: usize, units: u64, uncounted: &Uncounted) -> Self {
+        let owed = |i| (!uncounted.0.contains(&i)).then_some(units);
+        match limits {
+            1 => Owed::One(owed(0)),
+            n => Owed::Many((0..n).map(owed).collect()),
+        }
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [Option<u64>] {
+        match self {
+            Owed::One(o) => core::slice::from_mut(o),
+            Owed::Many(v) => v,
+        }
+    }
+}
+
 /// What an allowed request carries to its response, to settle its charge there.
 pub(crate) struct Pending {
     pub(crate) shared: Arc<Shared>,
     pub(crate) subject: Subject,
-    /// The units the check charged every limit.
-    pub(crate) units: u64,
+    /// What the request owes each limit: the most a settle may still give back.
+    owed: Owed,
 }
 
 impl Pending {
     /// The charge to settle after the response, if the layer settles and the request was
-    /// `enforced` (a pass-through charged nothing that counts).
+    /// `enforced` (a pass-through charged nothing that counts): `units` on every limit but
+    /// the `uncounted` ones.
     pub(crate) fn of(
         shared: &Arc<Shared>,
         enforced: bool,
         subject: Subject,
         units: u64,
+        uncounted: &Uncounted,
     ) -> Option<Self> {
         (!shared.settle.is_none() && enforced).then(|| Self {
             shared: Arc::clone(shared),
             subject,
-            units,
+            owed: Owed::new(shared.limits.len(), units, uncounted),
         })
     }
 
@@ -204,82 +248,108 @@ impl Pending {
     /// answer; then, with a trailer function, hands the charge to the body (with `held`,
     /// what the body holds until it ends), to settle again from its trailers.
     pub(crate) fn settle(
-        self,
+        mut self,
         status: StatusCode,
         headers: &HeaderMap,
         held: Option<Box<Held>>,
     ) -> Option<Box<Held>> {
-        if let Some(f) = &self.shared.settle.head {
-            if let Some(answer) = self.ask(f, status, headers) {
-                self.apply(answer);
-            }
-        }
+        self.answer(false, status, headers);
         if self.shared.settle.trailers.is_none() {
             return held;
         }
         Some(trailers::carry(self, status, held))
     }
 
-    /// Asks `f` about the response; `None` if it panicked (contained, counted).
-    pub(crate) fn ask(
-        &self,
-        f: &SettleFn,
-        status: StatusCode,
-        headers: &HeaderMap,
-    ) -> Option<Settle> {
+    /// Asks the layer's head (or `trailers`) function, if it has one, about the response
+    /// (`headers`: the head's, or the trailers) and applies its answer. A function that
+    /// panics settles nothing (contained, counted).
+    pub(crate) fn answer(&mut self, trailers: bool, status: StatusCode, headers: &HeaderMap) {
+        let settlers = &self.shared.settle;
+        let f = if trailers {
+            &settlers.trailers
+        } else {
+            &settlers.head
+        };
+        let Some(f) = f else { return };
         match catch_unwind(AssertUnwindSafe(|| f(status, headers))) {
-            Ok(a) => Some(a),
-            Err(_) => {
-                Counters::bump(&self.shared.counters.settle_panics);
-                None
-            }
+            Ok(answer) => apply(&self.shared, &self.subject, &mut self.owed, answer),
+            Err(_) => Counters::bump(&self.shared.counters.settle_panics),
         }
     }
+}
 
-    /// Applies a settle function's answer to every limit of the layer.
-    pub(crate) fn apply(&self, answer: Settle) {
-        let counters = &self.shared.counters;
-        let (refund, n) = match answer {
-            Settle::Keep => return,
-            Settle::Unreadable => {
-                Counters::bump(&counters.settle_unreadable);
-                return;
-            }
-            Settle::Refund(n) => (true, n.min(self.units)),
-            Settle::RefundAll => (true, self.units),
-            Settle::Charge(n) => (false, n),
-        };
-        if n == 0 {
+/// Applies a settle function's answer to every limit that counted the request, against its
+/// account `owed`: a refund gives back at most what the request still owes that limit, a
+/// charge adds to it what stood.
+fn apply(shared: &Shared, subject: &Subject, owed: &mut Owed, answer: Settle) {
+    let counters = &shared.counters;
+    let (refund, n) = match answer {
+        Settle::Keep => return,
+        Settle::Unreadable => {
+            Counters::bump(&counters.settle_unreadable);
             return;
         }
-        let mut done = false;
-        for limit in &self.shared.limits {
-            let source = &limit.source;
-            // Polled once, as the judging's own refunds: the built-in sources settle in
-            // memory and are done at once; an async one still pending is dropped, counted.
-            let ok = catch_unwind(AssertUnwindSafe(|| {
-                let mut fut = if refund {
-                    source.refund(&self.subject, n)
-                } else {
-                    source.charge(&self.subject, n)
-                };
-                let mut cx = Context::from_waker(Waker::noop());
-                matches!(fut.as_mut().poll(&mut cx), Poll::Ready(true))
-            }));
-            match ok {
-                Ok(true) => done = true,
-                Ok(false) => Counters::bump(&counters.settle_lost),
-                Err(_) => Counters::bump(&counters.settle_panics),
-            }
+        Settle::Refund(n) => (true, n),
+        Settle::RefundAll => (true, u64::MAX),
+        Settle::Charge(n) => (false, n),
+    };
+    let mut done = false;
+    for (limit, owed) in shared.limits.iter().zip(owed.as_mut_slice()) {
+        let Some(owed) = owed else { continue };
+        let n = if refund { n.min(*owed) } else { n };
+        if n == 0 {
+            continue;
         }
-        if done {
-            Counters::bump(if refund {
-                &counters.settle_refunds
-            } else {
-                &counters.settle_charges
-            });
+        match settle_one(&*limit.source, subject, refund, n) {
+            Ok(0) => Counters::bump(&counters.settle_lost),
+            Ok(units) if refund => {
+                done = true;
+                *owed -= units;
+            }
+            Ok(units) => {
+                done = true;
+                *owed = owed.saturating_add(units);
+            }
+            Err(()) => Counters::bump(&counters.settle_panics),
         }
     }
+    if done {
+        Counters::bump(if refund {
+            &counters.settle_refunds
+        } else {
+            &counters.settle_charges
+        });
+    }
+}
+
+/// Refunds (`refund`) or charges `source` `n` units for `subject`: the units it did (a
+/// refund all or nothing, a charge what stood), 0 if none; `Err` if the source panicked.
+/// Polled once, as the judging's own refunds: the built-in sources settle in memory and are
+/// done at once; an async one still pending is dropped (0).
+fn settle_one(
+    source: &dyn PolicySource,
+    subject: &Subject,
+    refund: bool,
+    n: u64,
+) -> Result<u64, ()> {
+    catch_unwind(AssertUnwindSafe(|| {
+        let mut cx = Context::from_waker(Waker::noop());
+        if refund {
+            let done = source.refund(subject, n).as_mut().poll(&mut cx);
+            if matches!(done, Poll::Ready(true)) {
+                n
+            } else {
+                0
+            }
+        } else {
+            match source.charge(subject, n).as_mut().poll(&mut cx) {
+                // A source reporting more than it was asked for is held to what it was asked.
+                Poll::Ready(stood) => stood.min(n),
+                Poll::Pending => 0,
+            }
+        }
+    }))
+    .map_err(|_| ())
 }
 
 #[cfg(test)]

@@ -42,10 +42,12 @@ use crate::redis::limiter::SharedRateLimiter;
 ///   (`tls_failures`, `auth_failures`, `permission_denied`). Alert on those: no waiting
 ///   repairs them.
 /// * **Peek** asks Redis for a cost of 0 without writing (the local fallback peeks too).
-/// * **Refund** is not supported (the default, `false`): the script has no give-back
-///   operation. When this is one of several limits of a layer and a later limit denies in a
-///   race after the peek, the Redis charge stays (the layer counts these races); put the
-///   shared limit last to make that rarer.
+/// * **Refund and charge** ([`SharedRateLimiter::refund_key`], [`charge_key`](SharedRateLimiter::charge_key))
+///   go to Redis from a task of their own, so the response does not wait for them. The
+///   layer counts a charge as standing whole once the task is started: a charge the Redis
+///   debt cap cuts short is not known to the layer when it settles that request again. Two
+///   settles of one request (its head, then its trailers) are two tasks, each one script
+///   call; Redis applies them in the order they arrive.
 /// * The [`Check`]'s attempt and priority class are not used (see [`SharedRateLimiter`]).
 ///
 /// ```no_run
@@ -106,13 +108,15 @@ impl PolicySource for SharedRateLimiter {
         Box::pin(core::future::ready(self.spawn_settle(subject, cost, false)))
     }
 
-    /// As [`refund`](Self::refund): from a task of its own, counted in `charges`.
+    /// As [`refund`](Self::refund): from a task of its own, counted in `charges`; `cost` once
+    /// handed to the runtime (0 outside one).
     fn charge<'a>(
         &'a self,
         subject: &'a Subject,
         cost: u64,
-    ) -> Pin<Box<dyn Future<Output = bool> + Send + 'a>> {
-        Box::pin(core::future::ready(self.spawn_settle(subject, cost, true)))
+    ) -> Pin<Box<dyn Future<Output = u64> + Send + 'a>> {
+        let spawned = self.spawn_settle(subject, cost, true);
+        Box::pin(core::future::ready(if spawned { cost } else { 0 }))
     }
 }
 

@@ -293,7 +293,8 @@ pub trait PolicySource: Send + Sync + 'static {
     }
 
     /// Gives back `cost` consumed by an allowed [`check`](Self::check) of `subject`; `true`
-    /// if it did. The default gives back nothing.
+    /// if it did. The layer never asks a source to give back more than the request's check
+    /// and later [`charge`](Self::charge)s put on it. The default gives back nothing.
     fn refund<'a>(
         &'a self,
         subject: &'a Subject,
@@ -304,15 +305,17 @@ pub trait PolicySource: Send + Sync + 'static {
     }
 
     /// Charges `subject` `cost` more after the fact (a cost its response reported), whatever
-    /// room is left: into debt, up to the limiter's `max_debt`. `true` if it did (a charge
-    /// the debt cap cut short still did). The default charges nothing.
+    /// room is left: into debt, up to the limiter's `max_debt`. Returns the units of `cost`
+    /// that stood (less than `cost` where the debt cap cut the charge short; 0 if nothing
+    /// was charged): the layer gives back at most the request's charge plus these, so a
+    /// source must not report more than it charged. The default charges nothing (0).
     fn charge<'a>(
         &'a self,
         subject: &'a Subject,
         cost: u64,
-    ) -> Pin<Box<dyn Future<Output = bool> + Send + 'a>> {
+    ) -> Pin<Box<dyn Future<Output = u64> + Send + 'a>> {
         let _ = (subject, cost);
-        Box::pin(core::future::ready(false))
+        Box::pin(core::future::ready(0))
     }
 }
 
@@ -334,9 +337,9 @@ impl PolicySource for RateLimiter {
         &'a self,
         _: &'a Subject,
         cost: u64,
-    ) -> Pin<Box<dyn Future<Output = bool> + Send + 'a>> {
-        let _ = RateLimiter::charge(self, cost);
-        Box::pin(core::future::ready(true))
+    ) -> Pin<Box<dyn Future<Output = u64> + Send + 'a>> {
+        let c = RateLimiter::charge(self, cost);
+        Box::pin(core::future::ready(cost.saturating_sub(c.unpaid())))
     }
 
     fn reads_route(&self) -> bool {
@@ -366,14 +369,14 @@ impl PolicySource for KeyedRateLimiter<String> {
         Box::pin(core::future::ready(true))
     }
 
-    /// A key that is not tracked is not charged (`false`).
+    /// A key that is not tracked is not charged (0).
     fn charge<'a>(
         &'a self,
         subject: &'a Subject,
         cost: u64,
-    ) -> Pin<Box<dyn Future<Output = bool> + Send + 'a>> {
+    ) -> Pin<Box<dyn Future<Output = u64> + Send + 'a>> {
         let c = self.charge_key(subject.key(), cost);
-        Box::pin(core::future::ready(c.unpaid() < cost))
+        Box::pin(core::future::ready(cost.saturating_sub(c.unpaid())))
     }
 
     fn reads_route(&self) -> bool {
@@ -412,14 +415,21 @@ impl PolicySource for LimitsHandle {
         Box::pin(core::future::ready(any))
     }
 
-    /// Charges the key in the limiter of every policy the subject resolves to now.
+    /// Charges the key in the limiter of every policy the subject resolves to now; the units
+    /// that stood are the least any of them took (0 if none applies), so that a later refund
+    /// of the request gives none of them back more than it took.
     fn charge<'a>(
         &'a self,
         s: &'a Subject,
         cost: u64,
-    ) -> Pin<Box<dyn Future<Output = bool> + Send + 'a>> {
-        let any = each_limiter(self, s, |l| l.charge_key(s.key(), cost).unpaid() < cost);
-        Box::pin(core::future::ready(any))
+    ) -> Pin<Box<dyn Future<Output = u64> + Send + 'a>> {
+        let mut least: Option<u64> = None;
+        each_limiter(self, s, |l| {
+            let stood = cost.saturating_sub(l.charge_key(s.key(), cost).unpaid());
+            least = Some(least.map_or(stood, |m| m.min(stood)));
+            true
+        });
+        Box::pin(core::future::ready(least.unwrap_or(0)))
     }
 
     /// [`LimitsHandle::check_all`]: the most specific policy and every policy that applies
@@ -488,7 +498,7 @@ impl<T: PolicySource + ?Sized> PolicySource for Arc<T> {
         &'a self,
         subject: &'a Subject,
         cost: u64,
-    ) -> Pin<Box<dyn Future<Output = bool> + Send + 'a>> {
+    ) -> Pin<Box<dyn Future<Output = u64> + Send + 'a>> {
         (**self).charge(subject, cost)
     }
 }

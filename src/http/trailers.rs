@@ -59,8 +59,11 @@ impl RateLimitLayerBuilder {
     /// stream is done ([`Settle::charge_from_trailer`]).
     ///
     /// With [`settle`](Self::settle) too, both apply: the head's answer first (as the
-    /// response head is ready), then the trailers' (as the body ends), each to the request's
-    /// original charge (a [`Settle::RefundAll`] gives back at most what the check charged).
+    /// response head is ready), then the trailers' (as the body ends), against one account
+    /// per request and limit: all of a request's refunds together give back at most what its
+    /// check charged plus what its settles charged since (a head [`Settle::RefundAll`] leaves
+    /// nothing for the trailers to refund; a head `Charge(n)` then a trailer `RefundAll`
+    /// gives back `1 + n` for a one-unit request).
     ///
     /// A body already over when the inner service answers (empty: a `204`,
     /// `Content-Length: 0`) is settled at once, with no trailers. Not settled, the charge
@@ -147,16 +150,11 @@ pub(crate) fn seen<D, E>(held: &mut Held, frame: Option<&Result<Frame<D>, E>>, e
         Some(Err(_)) => return,
         None => None,
     };
-    let Some(pending) = t.pending.take() else {
-        return;
-    };
-    let Some(f) = &pending.shared.settle.trailers else {
+    let Some(mut pending) = t.pending.take() else {
         return;
     };
     let empty = HeaderMap::new();
-    if let Some(answer) = pending.ask(f, t.status, trailers.unwrap_or(&empty)) {
-        pending.apply(answer);
-    }
+    pending.answer(true, t.status, trailers.unwrap_or(&empty));
 }
 
 /// The body cannot be read (an [`OwnBody`](super::OwnBody) response): the trailer settle is
