@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Mutation census of tollgate's lock-free code.
+"""Mutation census of tollgate's lock-free code: does some model or test fail when one step
+of a lock-free protocol is weakened?
 
 Each mutant is one small, plausible weakening of a lock-free protocol step:
 
@@ -7,8 +8,15 @@ Each mutant is one small, plausible weakening of a lock-free protocol step:
            AcqRel -> Acquire and AcqRel -> Release, SeqCst -> the weakest ordering that
            keeps its kind (a load's Acquire, a store's Release, a read-modify-write's AcqRel);
   fence    one `fence(..)` removed;
-  recheck  one re-validation skipped (a `still_valid`, `confirm`, `unchanged` or key re-check
-           taken as passed), listed in RECHECKS below.
+  recheck  one re-validation skipped or moved, by hand, listed in RECHECKS below;
+  guard    one guard taken as passed, found in the code (see `guards_in`): a comparison of an
+           atomic load with a value that is not a constant (a key against `fp`, a counter
+           against the value read before, a gate against a generation), a sequence counter's
+           or a gate's parity test (`x & 1 == 1`: odd while a change is under way), or a call
+           of a re-validation or a generation test (`still_valid`, `unchanged`, `confirm`,
+           `is_at`, `same_generation`). `==` and a call become `true`, `!=` becomes `false`,
+           a parity test says even. A mutant whose text another one makes already (a recheck
+           of the hand list) is made once.
 
 A mutant is killed when the loom models that exercise its file fail (stage 1: `--cfg loom`,
 release), or else when the race tests do (stage 2: a normal release build). The census
@@ -20,6 +28,7 @@ Run from the repository root (about 30 s per mutant on 2 cores):
 
     python3 tools/mutation_census.py --out target/census.tsv            # every mutant
     python3 tools/mutation_census.py --only src/engine/params/mod.rs    # one file
+    python3 tools/mutation_census.py --op guard                         # one operator
     python3 tools/mutation_census.py --list                             # list, run nothing
     python3 tools/mutation_census.py --table --write-doc docs/model-checking.md
                                        # every verdict, and each survivor's reason
@@ -114,39 +123,58 @@ def kind_of(line, col):
 
 
 def mutants():
+    """Every mutant, numbered in this order: new operators and files come last, so the numbers
+    of the mutants of earlier runs stay."""
+    seen = set()
+    for m in raw_mutants():
+        path, line, _, _, how = m
+        text = (path, apply(path, line, how))
+        if text not in seen:
+            seen.add(text)
+            yield m
+
+
+def raw_mutants():
     yield from file_mutants(FILES)
     yield from recheck_mutants()
     yield from file_mutants(LATER_FILES)
+    yield from guard_mutants({**FILES, **LATER_FILES})
+
+
+def protocol_lines(path):
+    """`(index, line, code)` for each line of `path` that is protocol code: not the unit tests
+    and not a loom hook; `code` is the line without its comment."""
+    lines = open(path).read().split("\n")
+    in_tests = False
+    skip_item = False
+    for i, line in enumerate(lines):
+        if line.startswith("#[cfg(test)]"):
+            in_tests = True  # the unit tests, at the end of a file, are not the protocol
+        if in_tests:
+            continue
+        # A loom hook (an item under `#[cfg(loom)]`) is not the protocol either: skipped
+        # to the end of its item, a `}` at column 0, or its one line.
+        if line.startswith("#[cfg(loom)]"):
+            skip_item = True
+            continue
+        if skip_item:
+            if skip_item is True and line.startswith("#["):
+                continue  # more attributes of the same item
+            if line.rstrip().endswith("{") and not line.startswith("}"):
+                skip_item = "block"
+            elif skip_item == "block" and line.startswith("}"):
+                skip_item = False
+            elif skip_item is True:
+                skip_item = False
+            continue
+        yield i, line, line.split("//")[0]
 
 
 def file_mutants(files):
     for path in files:
         if not os.path.exists(path):
             continue
-        lines = open(path).read().split("\n")
-        in_tests = False
-        skip_item = False
-        for i, line in enumerate(lines):
-            if line.startswith("#[cfg(test)]"):
-                in_tests = True  # the unit tests, at the end of a file, are not the protocol
-            if in_tests:
-                continue
-            # A loom hook (an item under `#[cfg(loom)]`) is not the protocol either: skipped
-            # to the end of its item, a `}` at column 0, or its one line.
-            if line.startswith("#[cfg(loom)]"):
-                skip_item = True
-                continue
-            if skip_item:
-                if skip_item is True and line.startswith("#["):
-                    continue  # more attributes of the same item
-                if line.rstrip().endswith("{") and not line.startswith("}"):
-                    skip_item = "block"
-                elif skip_item == "block" and line.startswith("}"):
-                    skip_item = False
-                elif skip_item is True:
-                    skip_item = False
-                continue
-            code = line.split("//")[0]
+        for i, line, code in protocol_lines(path):
             if FENCE.match(line):
                 yield (path, i, "fence", "remove " + line.strip(), ("line", None))
                 continue
@@ -172,8 +200,92 @@ def recheck_mutants():
                 print(f"recheck pattern not unique in {path}: {old!r}", file=sys.stderr)
                 continue
             line = text[:text.index(old)].count("\n")
-            yield (path, line, "recheck", f"{old.splitlines()[0].strip()} -> {new.strip()}",
+            # One line of each side: the output has one row per mutant.
+            yield (path, line, "recheck",
+                   f"{old.splitlines()[0].strip()} -> {new.splitlines()[0].strip()}",
                    ("text", (old, new)))
+
+
+# Tokens of a line of Rust, as far as `guards_in` needs them.
+TOKEN = re.compile(r"\s*(==|!=|<=|>=|=>|&&|\|\||::|[A-Za-z_][A-Za-z0-9_]*|\d[\w]*|\S)")
+# Where an operand of a comparison ends, at its own depth of brackets.
+STOPS = {",", ";", "{", "}", "&&", "||", "|", "=", "=>", "<", ">", "<=", ">=", "==", "!=",
+         "if", "while", "let", "return", "match", "else", "in"}
+OPEN, CLOSE = "([", ")]"
+# Re-validations and generation tests: a call of one is a guard.
+GUARD_CALLS = re.compile(r"\.(still_valid|unchanged|confirm|is_at|same_generation)\(")
+CONSTANT = re.compile(r"^(\d\w*|[A-Z][A-Z0-9_]*|\w+::(MAX|MIN)|true|false)$")
+
+
+def tokens(code):
+    return [(m.group(1), m.start(1), m.end(1)) for m in TOKEN.finditer(code)
+            if m.group(1)]
+
+
+def operand(toks, i, step):
+    """The index of the last token of the operand next to toks[i] in direction `step`."""
+    depth, j, last = 0, i + step, None
+    while 0 <= j < len(toks):
+        t = toks[j][0]
+        if t in (OPEN if step > 0 else CLOSE):
+            depth += 1
+        elif t in (CLOSE if step > 0 else OPEN):
+            depth -= 1
+            if depth < 0:
+                break
+        elif depth == 0 and t in STOPS:
+            break
+        last, j = j, j + step
+    return last
+
+
+def guards_in(code):
+    """`(start, end, replacement)` for each guard of a line of code (see the module's notes)."""
+    toks = tokens(code)
+    found = []
+    for i, (t, a, b) in enumerate(toks):
+        if t not in ("==", "!="):
+            continue
+        lo, hi = operand(toks, i, -1), operand(toks, i, 1)
+        if lo is None or hi is None:
+            continue
+        left, right = code[toks[lo][1]:a].strip(), code[b:toks[hi][2]].strip()
+        loaded = ".load(" in left or ".load(" in right
+        constant = CONSTANT.match(left) or CONSTANT.match(right)
+        parity = re.search(r"& 1$", left) and right in ("0", "1")
+        if parity:
+            # Even passes (a sequence counter or a gate at rest), odd is a change under way.
+            passed = (t == "==") == (right == "0")
+        elif loaded and not constant:
+            passed = t == "=="
+        else:
+            continue
+        found.append((toks[lo][1], toks[hi][2], "true" if passed else "false"))
+    for m in GUARD_CALLS.finditer(code):
+        # The receiver: a path of names and fields (`token`, `self.params`, `place.gate`).
+        start = m.start()
+        while start > 0 and (code[start - 1].isalnum() or code[start - 1] in "_."):
+            start -= 1
+        if start == m.start() or code[:start].rstrip().endswith("fn"):
+            continue  # a call chained from the line before, or a definition
+        depth, end = 0, m.end() - 1
+        for end in range(m.end() - 1, len(code)):
+            depth += {"(": 1, ")": -1}.get(code[end], 0)
+            if depth == 0:
+                break
+        if depth == 0:
+            found.append((start, end + 1, "true"))
+    return found
+
+
+def guard_mutants(files):
+    for path in files:
+        if not os.path.exists(path):
+            continue
+        for i, line, code in protocol_lines(path):
+            for a, b, rep in guards_in(code):
+                yield (path, i, "guard", f"{line[a:b]} -> {rep}: {line.strip()}",
+                       ("col", (a, b, rep)))
 
 
 def apply(path, line, how):
@@ -279,13 +391,33 @@ def summary(path):
             print("\t".join([f[0], f[1] + ":" + f[2], f[3], f[4], f[5]]))
 
 
+BEGIN, END = "<!-- census table: begin -->\n", "<!-- census table: end -->"
+
+
+def page_rows(doc):
+    """The rows of the table already in `doc`: {number: (class, the row as written)}."""
+    page = open(doc).read()
+    rows = {}
+    for line in page[page.index(BEGIN) + len(BEGIN):page.index(END)].splitlines():
+        m = re.match(r"^\| (\d+) \| `[^`]*` \| .* \| (\w+) \| ", line)
+        if m:
+            rows[int(m.group(1))] = (m.group(2), line)
+    return rows
+
+
 def table(path, doc=None):
     """The census as docs/model-checking.md shows it: the counts, then every mutant with its
     verdict and, for a survivor, its class and reason (tools/census_reasons.py). Exits 1 if a
-    survivor has no reason."""
+    survivor has no reason. Written into a page, the rows of mutants the output has no verdict
+    for (a run of one file or one operator) stay as the page had them."""
     from census_reasons import reason_of
     rows = sorted(latest(path).values(), key=lambda f: int(f[0]))
+    kept = page_rows(doc) if doc else {}
+    for f in rows:
+        kept.pop(int(f[0]), None)
     counts, lines, unexplained = {}, [], 0
+    for cls, _ in kept.values():
+        counts[cls] = counts.get(cls, 0) + 1
     for f in rows:
         n, file, line, op, what, verdict = f[:6]
         if verdict.startswith("killed"):
@@ -297,17 +429,18 @@ def table(path, doc=None):
         counts[cls] = counts.get(cls, 0) + 1
         change = what.split(": ", 1)[0].replace(" at col", ", col")
         code = what.split(": ", 1)[-1].replace("|", "\\|")
-        lines.append(f"| {n} | `{file.removeprefix('src/')}:{line}` | {change}: `{code}` | "
-                     f"{cls} | {why} |")
-    out = [f"{len(rows)} mutants: " + ", ".join(f"{c} {k}" for k, c in sorted(counts.items())),
+        lines.append((int(n), f"| {n} | `{file.removeprefix('src/')}:{line}` | {change}: "
+                      f"`{code}` | {cls} | {why} |"))
+    lines += [(n, row) for n, (_, row) in kept.items()]
+    total = len(lines)
+    out = [f"{total} mutants: " + ", ".join(f"{c} {k}" for k, c in sorted(counts.items())),
            "", "| # | place | mutation | verdict | by what, or why |", "|---:|---|---|---|---|"]
-    out += lines
+    out += [row for _, row in sorted(lines)]
     text = "\n".join(out)
     if doc:
         # Between the markers of the census's section, in place.
-        begin, end = "<!-- census table: begin -->\n", "<!-- census table: end -->"
         page = open(doc).read()
-        i, j = page.index(begin) + len(begin), page.index(end)
+        i, j = page.index(BEGIN) + len(BEGIN), page.index(END)
         open(doc, "w").write(page[:i] + text + "\n" + page[j:])
     else:
         print(text)
@@ -317,7 +450,9 @@ def table(path, doc=None):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="target/census.tsv")
-    ap.add_argument("--only", action="append")
+    ap.add_argument("--only", action="append", help="the mutants of this file (repeatable)")
+    ap.add_argument("--op", action="append", choices=["order", "fence", "recheck", "guard"],
+                    help="the mutants of this operator (repeatable)")
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--timeout", type=int, default=600)
     ap.add_argument("--retry", action="store_true",
@@ -334,7 +469,8 @@ def main():
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         return table(a.out, a.write_doc)
     # Numbered over the whole census, so `--only` and `--retry` keep each mutant's number.
-    ms = [(n, m) for n, m in enumerate(mutants()) if not a.only or m[0] in a.only]
+    ms = [(n, m) for n, m in enumerate(mutants())
+          if (not a.only or m[0] in a.only) and (not a.op or m[2] in a.op)]
     if a.list:
         for n, (path, line, op, what, _) in ms:
             print(f"{n}\t{path}:{line + 1}\t{op}\t{what}")
