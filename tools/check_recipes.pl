@@ -222,6 +222,7 @@ sub plan {
     return (undef, 'a placeholder: F is each feature, which CI checks one by one')
       if $line =~ /--features F\b/;
     return (undef, 'names the subcommand, no command to run') if $line =~ /^cargo \S+$/;
+    return (undef, 'another toolchain: .ci/toolchains.sh runs it') if $line =~ /^cargo \+\S/;
     my @w = words($line);
     my %env;
     while (@w && $w[0] =~ /^([A-Z_]+)=(.*)$/) {
