@@ -264,7 +264,7 @@ mod tests {
         let other = (0..=255u8)
             .map(|b| vec![b])
             .find(|k| stripe(k) != stripe(b"k"))
-            .expect("256 keys do not all share one stripe of 64");
+            .expect("256 keys do not all share one stripe of 64"); // test
         let e = ask(&c, &other, &[10], 0);
         c.forget(b"k");
         c.remember(0, &other, (100, 100, 10), 0, e);
